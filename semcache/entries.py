@@ -1,0 +1,36 @@
+"""The plain data that moves between the pipeline, the tiers and the stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class CacheEntry:
+    """One cached answer. ``id`` is assigned by the store and doubles as the vector id."""
+
+    namespace: str
+    scope: str
+    exact_key: str
+    model: str
+    prompt: str
+    answer: str
+    created_at: float
+    expires_at: float | None  # None: never expires
+    vector: np.ndarray | None = None  # unit-length float32, or None when it was never embedded
+    last_access: float = 0.0
+    hits: int = 0
+    id: int | None = None
+
+    def is_expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+@dataclass(frozen=True)
+class RemovedEntry:
+    """What the index must forget when the store drops an entry."""
+
+    id: int
+    scope: str

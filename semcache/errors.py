@@ -1,0 +1,113 @@
+"""semcache's exceptions, and the only place that builds OpenAI-shaped error bodies.
+
+    SemcacheError                 base; carries an HTTP status, an OpenAI error type and a code
+    ├── InvalidRequest            400  the request is malformed or asks for something unsupported
+    │   └── BodyTooLarge          413
+    ├── Unauthorized              401  unknown or missing client API key
+    ├── Forbidden                 403  a namespace the key may not use, or a missing admin key
+    ├── NotFound                  404
+    ├── NotReady                  503  the model or the index is still loading
+    └── UpstreamError             the upstream failed; status mirrors what the client should see
+        ├── UpstreamUnavailable   502/504  connection refused, timed out, or a broken response
+        └── UpstreamStatusError   the upstream answered with an HTTP error; its status is passed on
+
+Foreign exceptions (httpx, sqlite3, pydantic) are translated at the boundary with
+``raise ... from exc``; never map every ValueError to a 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SemcacheError(Exception):
+    status_code = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status_code: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status_code is not None:
+            self.status_code = status_code
+        self.headers = headers or {}
+
+    def to_openai(self) -> dict[str, Any]:
+        return openai_error_body(self.message, self.error_type, self.code)
+
+
+class InvalidRequest(SemcacheError):
+    status_code = 400
+    error_type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class BodyTooLarge(InvalidRequest):
+    status_code = 413
+    code = "request_too_large"
+
+
+class Unauthorized(SemcacheError):
+    status_code = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class Forbidden(SemcacheError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "forbidden"
+
+
+class NotFound(SemcacheError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class NotReady(SemcacheError):
+    status_code = 503
+    error_type = "server_error"
+    code = "not_ready"
+
+
+class UpstreamError(SemcacheError):
+    status_code = 502
+    error_type = "upstream_error"
+    code = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    code = "upstream_unavailable"
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered with an HTTP error; ``body`` is its OpenAI-shaped error if it sent one."""
+
+    def __init__(self, message: str, *, status_code: int, body: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, status_code=status_code, headers=headers)
+        self.body = body
+
+    def to_openai(self) -> dict[str, Any]:
+        if self.body and isinstance(self.body.get("error"), dict):
+            upstream = self.body["error"]
+            return openai_error_body(
+                str(upstream.get("message") or self.message),
+                str(upstream.get("type") or self.error_type),
+                upstream.get("code") if upstream.get("code") is not None else self.code,
+            )
+        return super().to_openai()
+
+
+def openai_error_body(message: str, error_type: str, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}

@@ -1,0 +1,103 @@
+"""Turning a chat request into cache keys: normalisation, scope, and the cacheability policy.
+
+An entry may only ever be served to a request with the same *scope*: namespace, model, every
+message before the last user message (system prompt and earlier turns), and every parameter that
+shapes the answer. The last user message is the *prompt* that the tiers match on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from .wire import ChatCompletionRequest, Message
+
+KEY_VERSION = "1"
+
+# Request fields that do not change what the answer says, so they stay out of the scope.
+_NOT_ANSWER_SHAPING = {"messages", "model", "stream", "stream_options", "user", "metadata", "store"}
+
+_WHITESPACE = re.compile(r"\s+")
+_TRAILING_PUNCTUATION = ".?!,;:。？！，、：；…"
+
+
+def normalize(text: str) -> str:
+    """NFKC, case folding, collapsed whitespace, and trailing punctuation trimmed."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    collapsed = _WHITESPACE.sub(" ", folded).strip()
+    return collapsed.rstrip(_TRAILING_PUNCTUATION + " ")
+
+
+@dataclass(frozen=True)
+class RequestKey:
+    """Everything the tiers need to know about one cacheable request."""
+
+    namespace: str
+    model: str
+    scope: str  # hex digest of namespace, model, earlier messages and answer-shaping parameters
+    prompt: str  # the last user message, as sent
+    normalized: str
+    exact: str  # hex digest of scope and normalised prompt
+    has_history: bool  # earlier user or assistant turns exist (a system prompt alone does not count)
+    system_prompt_hash: str  # hex digest of the system and developer messages only
+
+
+def message_text(message: Message) -> str | None:
+    """Plain text of a message, or None when it carries anything but text."""
+    if message.content is None or isinstance(message.content, str):
+        return message.content or ""
+    texts = []
+    for part in message.content:
+        if part.type != "text" or part.text is None:
+            return None
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def bypass_reason(request: ChatCompletionRequest, max_temperature: float) -> str | None:
+    """Why this request must not touch the cache, or None when it may."""
+    if request.n is not None and request.n > 1:
+        return "n > 1"
+    if request.temperature is not None and request.temperature > max_temperature:
+        return f"temperature above {max_temperature}"
+    extras = request.model_extra or {}
+    if extras.get("logprobs"):
+        return "logprobs requested"
+    last = request.messages[-1]
+    if last.role != "user":
+        return "the last message is not a user message"
+    if message_text(last) is None or any(message_text(m) is None for m in request.messages):
+        return "non-text content"
+    if not (message_text(last) or "").strip():
+        return "empty prompt"
+    return None
+
+
+def request_key(request: ChatCompletionRequest, namespace: str) -> RequestKey:
+    """Keys for a request that ``bypass_reason`` allowed."""
+    *earlier, last = request.messages
+    prompt = message_text(last) or ""
+    params = request.model_dump(exclude=_NOT_ANSWER_SHAPING, exclude_none=True)
+    context = [m.model_dump(exclude_none=True) for m in earlier]
+    system = [c for c in context if c.get("role") in ("system", "developer")]
+    scope = _digest({"ns": namespace, "model": request.model, "context": context, "params": params})
+    normalized = normalize(prompt)
+    return RequestKey(
+        namespace=namespace,
+        model=request.model,
+        scope=scope,
+        prompt=prompt,
+        normalized=normalized,
+        exact=_digest({"scope": scope, "prompt": normalized}),
+        has_history=len(system) != len(context),
+        system_prompt_hash=_digest(system),
+    )
+
+
+def _digest(value: Any) -> str:
+    canonical = json.dumps([KEY_VERSION, value], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()

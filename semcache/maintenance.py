@@ -1,0 +1,114 @@
+"""Keeping the index and the store in step: restoring at start-up, and the background sweeper.
+
+The SQLite store is the source of truth; the FAISS index is derived from it. At start-up the last
+snapshot is loaded and reconciled with the store (entries added or removed since the snapshot),
+so a restart neither re-embeds nor rebuilds what is already current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .embedders import BatchingEmbedder
+from .index import ScopedVectorIndex
+from .pipeline import Pipeline
+from .stores import SQLiteStore
+
+log = logging.getLogger("semcache.maintenance")
+
+_MODEL_META_KEY = "embedding_model"
+
+
+async def restore_index(store: SQLiteStore, index: ScopedVectorIndex, embedder: BatchingEmbedder,
+                        snapshot_dir: Path) -> dict[str, float]:
+    """Bring ``index`` up to date with ``store``; returns what it did, for the logs."""
+    started = time.monotonic()
+    model = embedder.embedder.name
+    if await store.get_meta(_MODEL_META_KEY) not in (None, model):
+        await _reembed_everything(store, embedder)
+    await store.set_meta(_MODEL_META_KEY, model)
+
+    loaded = await asyncio.to_thread(index.load, snapshot_dir, embedding_model=model)
+    stored = await store.ids_and_scopes()
+    indexed = index.ids() if loaded else set()
+    stale = [i for i in indexed if i not in stored]
+    missing = [i for i in stored if i not in indexed]
+    if stale:
+        await asyncio.to_thread(index.remove, stale)
+    for start in range(0, len(missing), 10_000):
+        ids, scopes, vectors = await store.vectors_for(missing[start : start + 10_000])
+        await asyncio.to_thread(_add_grouped, index, ids, scopes, vectors)
+    report = {"snapshot_loaded": float(loaded), "entries": float(len(stored)), "added": float(len(missing)),
+              "removed": float(len(stale)), "seconds": round(time.monotonic() - started, 3)}
+    log.info("index restored", extra={"report": report})
+    return report
+
+
+def _add_grouped(index: ScopedVectorIndex, ids: list[int], scopes: list[str], vectors: np.ndarray) -> None:
+    by_scope: dict[str, list[int]] = {}
+    for row, scope in enumerate(scopes):
+        by_scope.setdefault(scope, []).append(row)
+    for scope, rows in by_scope.items():
+        index.add(scope, np.asarray([ids[r] for r in rows]), vectors[rows])
+
+
+async def _reembed_everything(store: SQLiteStore, embedder: BatchingEmbedder) -> None:
+    prompts = await store.prompts()
+    log.warning("embedding model changed: re-embedding %d stored prompts", len(prompts))
+    for start in range(0, len(prompts), 1024):
+        batch = prompts[start : start + 1024]
+        vectors = await embedder.embed_many([prompt for _, prompt in batch])
+        await store.set_vectors([entry_id for entry_id, _ in batch], vectors)
+        log.info("re-embedded %d/%d prompts", start + len(batch), len(prompts))
+
+
+@dataclass
+class Maintenance:
+    """The background sweeper: expiry, the size bound, index rebuilds and snapshots."""
+
+    pipeline: Pipeline
+    store: SQLiteStore
+    index: ScopedVectorIndex
+    snapshot_dir: Path
+    max_entries: int
+    sweep_interval_s: float
+    snapshot_interval_s: float
+    embedding_model: str
+    expired: int = 0
+    evicted: int = 0
+    last_snapshot: float = 0.0
+
+    async def run_forever(self) -> None:
+        self.last_snapshot = time.monotonic()
+        while True:
+            await asyncio.sleep(self.sweep_interval_s)
+            try:
+                await self.sweep()
+                if time.monotonic() - self.last_snapshot >= self.snapshot_interval_s:
+                    await self.snapshot()
+            except Exception:  # keep sweeping: one failed pass must not stop expiry for good
+                log.exception("maintenance pass failed")
+
+    async def sweep(self) -> None:
+        touches, self.pipeline.pending_touches = self.pipeline.pending_touches, {}
+        await self.store.touch(touches)
+        expired = await self.store.delete_expired(self.pipeline.clock())
+        evicted = await self.store.evict_least_recently_used(self.max_entries)
+        if expired or evicted:
+            await asyncio.to_thread(self.index.remove, [r.id for r in expired + evicted])
+        self.expired += len(expired)
+        self.evicted += len(evicted)
+        for scope in self.index.scopes_needing_rebuild():
+            log.info("rebuilding the index of one scope in the background")
+            await asyncio.to_thread(self.index.rebuild, scope)
+
+    async def snapshot(self) -> None:
+        saved = await asyncio.to_thread(self.index.save, self.snapshot_dir, embedding_model=self.embedding_model)
+        self.last_snapshot = time.monotonic()
+        log.info("index snapshot saved", extra={"entries": saved})

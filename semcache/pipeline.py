@@ -1,0 +1,197 @@
+"""The request path: bypass policy, then exact, template and semantic lookup, then the upstream,
+then storing the answer once it completed cleanly.
+
+The pipeline speaks in plain dicts of the OpenAI wire format; framing them for HTTP (JSON or SSE)
+is the server's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .embedders import BatchingEmbedder
+from .entries import CacheEntry
+from .index import ScopedVectorIndex
+from .keys import RequestKey, bypass_reason, request_key
+from .protocols import Store, Upstream
+from .stats import Stats
+from .tiers import ExactTier, Hit, SemanticTier, TemplateTier
+from .tokens import TokenCounter
+from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion_id, usage_chunk
+
+# Streamed hits are replayed in pieces of about this many characters.
+_REPLAY_PIECE_CHARS = 24
+
+
+@dataclass(frozen=True)
+class RequestControls:
+    """Per-request cache controls, from the ``Cache-Control`` and ``X-Semcache-TTL`` headers."""
+
+    read_cache: bool = True  # False on ``no-cache``: skip lookup, still store the fresh answer
+    store: bool = True  # False on ``no-store``
+    ttl_s: float | None = None  # overrides the default TTL; 0 keeps the entry forever
+
+
+@dataclass
+class Lookup:
+    """What the pipeline learned about a request before answering it."""
+
+    request: ChatCompletionRequest
+    namespace: str
+    controls: RequestControls
+    key: RequestKey | None  # None when the request bypasses the cache
+    bypass_reason: str | None = None
+    hit: Hit | None = None
+    vector: np.ndarray | None = None
+
+    @property
+    def outcome(self) -> Literal["hit", "miss", "bypass"]:
+        if self.key is None:
+            return "bypass"
+        return "hit" if self.hit is not None else "miss"
+
+
+@dataclass
+class Pipeline:
+    store: Store
+    index: ScopedVectorIndex
+    embedder: BatchingEmbedder
+    upstream: Upstream
+    templates: TemplateTier
+    tokens: TokenCounter
+    stats: Stats
+    threshold: float
+    default_ttl_s: float
+    max_temperature: float
+    clock: Callable[[], float] = time.time
+    # Hits since the last flush: entry id to last access time, written to the store in batches.
+    pending_touches: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.exact = ExactTier(self.store)
+        self.semantic = SemanticTier(self.index, self.store, self.threshold)
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    async def lookup(self, request: ChatCompletionRequest, namespace: str, controls: RequestControls) -> Lookup:
+        reason = bypass_reason(request, self.max_temperature)
+        if reason is not None:
+            return Lookup(request, namespace, controls, key=None, bypass_reason=reason)
+        lookup = Lookup(request, namespace, controls, key=request_key(request, namespace))
+        if controls.read_cache:
+            lookup.hit = await self._find(lookup)
+        if lookup.hit is not None and lookup.hit.entry_id is not None:
+            self.pending_touches[lookup.hit.entry_id] = self.clock()
+        return lookup
+
+    async def _find(self, lookup: Lookup) -> Hit | None:
+        assert lookup.key is not None
+        now = self.clock()
+        hit = await self.exact.lookup(lookup.key, now) or self.templates.lookup_exact(lookup.key)
+        if hit is not None:
+            return hit
+        lookup.vector = await self.embedder.embed(lookup.key.prompt)
+        return self.templates.lookup_semantic(lookup.key, lookup.vector) or await self.semantic.lookup(
+            lookup.key, lookup.vector, now
+        )
+
+    def record(self, lookup: Lookup) -> None:
+        self.stats.record(lookup.namespace, lookup.outcome, lookup.hit.tier if lookup.hit else None)
+
+    # -- hits --------------------------------------------------------------------------------
+
+    def hit_response(self, lookup: Lookup) -> dict[str, Any]:
+        assert lookup.hit is not None
+        request = lookup.request
+        return chat_completion(
+            response_id=completion_id(), model=request.model, content=lookup.hit.answer, usage=self._usage(lookup)
+        )
+
+    async def hit_stream(self, lookup: Lookup) -> AsyncIterator[dict[str, Any]]:
+        assert lookup.hit is not None
+        response_id, model, created = completion_id(), lookup.request.model, int(time.time())
+        answer = lookup.hit.answer
+        yield chat_chunk(response_id=response_id, model=model, created=created,
+                         delta={"role": "assistant", "content": ""})
+        for start in range(0, len(answer), _REPLAY_PIECE_CHARS):
+            piece = answer[start : start + _REPLAY_PIECE_CHARS]
+            yield chat_chunk(response_id=response_id, model=model, created=created, delta={"content": piece})
+        yield chat_chunk(response_id=response_id, model=model, created=created, delta={}, finish_reason="stop")
+        if lookup.request.include_usage_in_stream():
+            yield usage_chunk(response_id=response_id, model=model, created=created, usage=self._usage(lookup))
+
+    def _usage(self, lookup: Lookup) -> dict[str, int]:
+        messages = [m.model_dump(exclude_none=True) for m in lookup.request.messages]
+        assert lookup.hit is not None
+        return self.tokens.usage(messages, lookup.hit.answer, lookup.request.model)
+
+    # -- misses ------------------------------------------------------------------------------
+
+    async def forward(self, lookup: Lookup, headers: dict[str, str]) -> dict[str, Any]:
+        body = {**lookup.request.upstream_body(), "stream": False}
+        response = await self.upstream.complete(body, headers)
+        answer = _clean_answer(response)
+        if answer is not None:
+            await self._store(lookup, answer)
+        return response
+
+    async def forward_stream(self, lookup: Lookup, headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        """Pass the upstream's chunks through as they come; store the answer after a clean finish.
+
+        If the client goes away, this generator is closed: the upstream call is cancelled and
+        nothing is stored.
+        """
+        body = lookup.request.upstream_body()
+        pieces: list[str] = []
+        finish_reasons: list[str] = []
+        tool_calls = False
+        async for chunk in self.upstream.stream(body, headers):
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if isinstance(delta.get("content"), str):
+                    pieces.append(delta["content"])
+                tool_calls = tool_calls or bool(delta.get("tool_calls") or delta.get("function_call"))
+                if choice.get("finish_reason"):
+                    finish_reasons.append(choice["finish_reason"])
+            yield chunk
+        if finish_reasons == ["stop"] and not tool_calls and pieces:
+            await self._store(lookup, "".join(pieces))
+
+    async def _store(self, lookup: Lookup, answer: str) -> None:
+        if lookup.key is None or not lookup.controls.store:
+            return
+        key = lookup.key
+        vector = lookup.vector if lookup.vector is not None else await self.embedder.embed(key.prompt)
+        now = self.clock()
+        ttl = lookup.controls.ttl_s if lookup.controls.ttl_s is not None else self.default_ttl_s
+        entry = CacheEntry(
+            namespace=key.namespace, scope=key.scope, exact_key=key.exact, model=key.model, prompt=key.prompt,
+            answer=answer, created_at=now, expires_at=now + ttl if ttl > 0 else None, vector=vector,
+            last_access=now,
+        )
+        entry_id, replaced = await self.store.put(entry)
+        await asyncio.to_thread(self._index_entry, key.scope, entry_id, vector, [r.id for r in replaced])
+
+    def _index_entry(self, scope: str, entry_id: int, vector: np.ndarray, replaced: list[int]) -> None:
+        if replaced:
+            self.index.remove(replaced)
+        self.index.add(scope, np.array([entry_id]), vector.reshape(1, -1))
+
+
+def _clean_answer(response: dict[str, Any]) -> str | None:
+    """The text of a completion that is safe to cache: one choice, finished with ``stop``, no tool calls."""
+    choices = response.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return None
+    choice = choices[0]
+    message = choice.get("message") or {}
+    content = message.get("content")
+    if choice.get("finish_reason") != "stop" or message.get("tool_calls") or message.get("function_call"):
+        return None
+    return content if isinstance(content, str) and content else None

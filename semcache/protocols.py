@@ -1,0 +1,72 @@
+"""The seams between semcache's parts. Each backend implements one of these protocols."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from .entries import CacheEntry, RemovedEntry
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors. Blocking; callers run it in a worker thread."""
+
+    name: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Return an array of shape (len(texts), dimension), each row L2-normalised."""
+        ...
+
+
+class Store(Protocol):
+    """Durable home of cache entries. The FAISS index is derived from it and rebuilt from it.
+
+    Contract: once ``put`` returns, the entry survives a crash of this process.
+    """
+
+    async def put(self, entry: CacheEntry) -> tuple[int, list[RemovedEntry]]:
+        """Store ``entry``, replacing any entry with the same exact key. Returns the new id and
+        what was replaced."""
+        ...
+
+    async def get(self, entry_id: int) -> CacheEntry | None: ...
+
+    async def get_by_exact_key(self, exact_key: str) -> CacheEntry | None: ...
+
+    async def touch(self, accesses: dict[int, float]) -> None:
+        """Record hits: entry id to the time of its latest access."""
+        ...
+
+    async def delete_expired(self, now: float) -> list[RemovedEntry]: ...
+
+    async def evict_least_recently_used(self, keep: int) -> list[RemovedEntry]: ...
+
+    async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]: ...
+
+    async def count(self) -> int: ...
+
+    async def vectors(self) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
+        """All stored vectors, in batches of (ids, scopes, matrix), for rebuilding the index."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """An OpenAI-compatible model. Errors surface as ``semcache.errors.UpstreamError``."""
+
+    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        """A non-streamed chat completion."""
+        ...
+
+    def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        """The chunks of a streamed chat completion. Ends normally only after ``[DONE]``;
+        a stream cut off or malformed raises ``UpstreamError``."""
+        ...
+
+    async def list_models(self, headers: dict[str, str]) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,68 @@
+"""Which namespace a request belongs to, and whether its API key may use it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from ..errors import Forbidden, InvalidRequest, Unauthorized
+
+DEFAULT_NAMESPACE = "default"
+_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+class AccessPolicy:
+    """Maps client API keys to their namespaces; the first namespace listed is the key's default.
+
+    Without a key map, any client may use any namespace, chosen with ``X-Semcache-Namespace``.
+    """
+
+    def __init__(self, namespaces_by_key: dict[str, list[str]] | None = None) -> None:
+        self._namespaces_by_key = namespaces_by_key
+
+    @classmethod
+    def from_file(cls, path: Path | None) -> AccessPolicy:
+        if path is None:
+            return cls()
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        if not isinstance(data, dict) or not data:
+            raise ValueError(f"{path}: expected a mapping of API key to a list of namespaces")
+        mapping: dict[str, list[str]] = {}
+        for key, namespaces in data.items():
+            names = [namespaces] if isinstance(namespaces, str) else namespaces
+            if not isinstance(names, list) or not names or not all(_valid(n) for n in names):
+                raise ValueError(f"{path}: each key needs a non-empty list of valid namespace names")
+            mapping[str(key)] = [str(n) for n in names]
+        return cls(mapping)
+
+    def namespace_for(self, authorization: str | None, requested: str | None) -> str:
+        if requested is not None and not _valid(requested):
+            raise InvalidRequest(
+                "X-Semcache-Namespace must be 1-64 characters of letters, digits, '_', '.', ':' or '-'",
+                code="invalid_namespace",
+            )
+        if self._namespaces_by_key is None:
+            return requested or DEFAULT_NAMESPACE
+        allowed = self._namespaces_by_key.get(_bearer_token(authorization) or "")
+        if allowed is None:
+            raise Unauthorized("missing or unknown API key")
+        if requested is None:
+            return allowed[0]
+        if requested not in allowed:
+            raise Forbidden("this API key may not use that namespace", code="namespace_not_allowed")
+        return requested
+
+
+def _bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _valid(namespace: object) -> bool:
+    return isinstance(namespace, str) and bool(_NAMESPACE.match(namespace))

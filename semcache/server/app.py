@@ -1,0 +1,140 @@
+"""The app factory. The lifespan owns the long-lived parts: model, store, index, upstream client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+
+from ..embedders import BatchingEmbedder, load_embedder
+from ..index import ScopedVectorIndex
+from ..maintenance import Maintenance, restore_index
+from ..pipeline import Pipeline
+from ..protocols import Embedder, Upstream
+from ..settings import Settings
+from ..stats import Stats
+from ..stores import SQLiteStore
+from ..tiers import TemplateTier, load_templates
+from ..tokens import TokenCounter
+from ..upstreams import RemoteUpstream
+from .access import AccessPolicy
+from .errors import install_error_handlers
+from .limits import BodySizeLimit
+from .routes import router
+
+log = logging.getLogger("semcache.server")
+
+
+@dataclass
+class AppState:
+    """Everything a request handler may touch, built once per app."""
+
+    settings: Settings
+    upstream: Upstream
+    access: AccessPolicy
+    stats: Stats = field(default_factory=Stats)
+    pipeline: Pipeline | None = None
+    maintenance: Maintenance | None = None
+    load_error: str | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream: Upstream | None = None) -> FastAPI:
+    """Build the service. ``embedder`` and ``upstream`` default to the configured real ones."""
+    access = AccessPolicy.from_file(settings.api_keys_file)
+    templates = load_templates(settings.templates) if settings.templates else []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = AppState(settings=settings, upstream=upstream or _remote_upstream(settings), access=access)
+        app.state.semcache = state
+        loader = asyncio.create_task(_load(state, embedder, TemplateTier(templates, settings.template_threshold)))
+        try:
+            yield
+        finally:
+            loader.cancel()
+            await asyncio.gather(loader, return_exceptions=True)
+            await _shutdown(state)
+
+    app = FastAPI(
+        title="semcache",
+        summary="A semantic cache in front of OpenAI-compatible chat completion APIs.",
+        version=_version(),
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(router)
+    app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
+    return app
+
+
+def _remote_upstream(settings: Settings) -> RemoteUpstream:
+    return RemoteUpstream(
+        settings.upstream_url,
+        api_key=settings.upstream_api_key,
+        connect_timeout_s=settings.upstream_connect_timeout_s,
+        read_timeout_s=settings.upstream_read_timeout_s,
+        max_connections=settings.upstream_max_connections,
+    )
+
+
+async def _load(state: AppState, embedder: Embedder | None, templates: TemplateTier) -> None:
+    """Load the model, open the store and restore the index; /healthz turns 200 once done."""
+    settings = state.settings
+    try:
+        model = embedder or await asyncio.to_thread(load_embedder, settings.embedding_model)
+        batcher = BatchingEmbedder(model, max_batch=settings.embed_batch_size,
+                                   max_wait_s=settings.embed_batch_wait_ms / 1000,
+                                   on_batch=state.stats.record_embed_batch)
+        store = SQLiteStore(settings.data_dir / "entries.sqlite3")
+        await store.open()
+        index = ScopedVectorIndex(model.dimension, hnsw_min_entries=settings.hnsw_min_entries)
+        await restore_index(store, index, batcher, settings.data_dir / "faiss")
+        if templates.phrasings:
+            templates.set_vectors(await batcher.embed_many(templates.phrasings))
+        tokens = await asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken")
+        pipeline = Pipeline(
+            store=store, index=index, embedder=batcher, upstream=state.upstream, templates=templates,
+            tokens=tokens, stats=state.stats, threshold=settings.threshold, default_ttl_s=settings.ttl,
+            max_temperature=settings.max_temperature,
+        )
+        state.maintenance = Maintenance(
+            pipeline=pipeline, store=store, index=index, snapshot_dir=settings.data_dir / "faiss",
+            max_entries=settings.max_entries, sweep_interval_s=settings.sweep_interval_s,
+            snapshot_interval_s=settings.snapshot_interval_s, embedding_model=model.name,
+        )
+        state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
+        state.pipeline = pipeline
+        log.info("semcache is ready: %d entries", len(index))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        state.load_error = f"{type(exc).__name__}: {exc}"
+        log.exception("semcache failed to load")
+
+
+async def _shutdown(state: AppState) -> None:
+    for task in state.tasks:
+        task.cancel()
+    await asyncio.gather(*state.tasks, return_exceptions=True)
+    pipeline = state.pipeline
+    if pipeline is not None and state.maintenance is not None:
+        with suppress(Exception):
+            await state.maintenance.sweep()
+        try:
+            await state.maintenance.snapshot()
+        except Exception:
+            log.exception("could not save the index snapshot; the next start rebuilds it from the store")
+        await pipeline.embedder.close()
+        await pipeline.store.close()
+    await state.upstream.close()
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

@@ -1,0 +1,149 @@
+"""Thin routes: parse, call the pipeline, frame the answer as JSON or SSE."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..errors import InvalidRequest, NotReady, SemcacheError
+from ..pipeline import Lookup, Pipeline, RequestControls
+from ..wire import ChatCompletionRequest
+from .errors import error_response
+
+log = logging.getLogger("semcache.server")
+router = APIRouter()
+
+_PASSED_ON_HEADERS = ("authorization", "openai-organization", "openai-project")
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.semcache
+
+
+def _pipeline(request: Request) -> Pipeline:
+    state = _state(request)
+    if state.pipeline is None:
+        detail = f"semcache failed to load: {state.load_error}" if state.load_error else "semcache is still loading"
+        raise NotReady(detail, headers={"Retry-After": "5"})
+    pipeline: Pipeline = state.pipeline
+    return pipeline
+
+
+@router.post("/v1/chat/completions", summary="Create a chat completion, from the cache when possible")
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+    pipeline = _pipeline(request)
+    state = _state(request)
+    namespace = state.access.namespace_for(
+        request.headers.get("authorization"), request.headers.get("x-semcache-namespace")
+    )
+    lookup = await pipeline.lookup(body, namespace, _controls(request))
+    headers = _outcome_headers(lookup)
+    upstream_headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_ON_HEADERS}
+    try:
+        if lookup.hit is not None:
+            pipeline.record(lookup)
+            if body.stream:
+                return _sse(pipeline.hit_stream(lookup), headers)
+            return JSONResponse(pipeline.hit_response(lookup), headers=headers)
+        if body.stream:
+            chunks = pipeline.forward_stream(lookup, upstream_headers)
+            first = await anext(chunks, None)  # errors before the first byte keep their HTTP status
+            pipeline.record(lookup)
+            return _sse(chunks, headers, first)
+        response = await pipeline.forward(lookup, upstream_headers)
+        pipeline.record(lookup)
+        return JSONResponse(response, headers=headers)
+    except SemcacheError as error:
+        state.stats.record(namespace, "error")
+        response = error_response(error)
+        response.headers.update(headers)
+        return response
+
+
+@router.get("/v1/models", summary="List the upstream's models")
+async def list_models(request: Request) -> Any:
+    headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_ON_HEADERS}
+    return await _state(request).upstream.list_models(headers)
+
+
+@router.get("/healthz", summary="200 once the model and the index are loaded, 503 before")
+async def healthz(request: Request) -> JSONResponse:
+    state = _state(request)
+    if state.pipeline is not None:
+        return JSONResponse({"status": "ok"})
+    status = "failed" if state.load_error else "loading"
+    return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
+
+
+@router.get("/stats", summary="Hit-rate statistics of this process")
+async def stats(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    snapshot: dict[str, Any] = state.stats.snapshot()
+    pipeline = state.pipeline
+    if pipeline is None:
+        return {**snapshot, "entries": None, "ready": False}
+    index = pipeline.index.stats()
+    maintenance = state.maintenance
+    return {
+        **snapshot,
+        "entries": await pipeline.store.count(),
+        "ready": True,
+        "index": {"entries": index.entries, "tombstones": index.tombstones, "partitions": index.partitions,
+                  "hnsw_partitions": index.hnsw_partitions, "rebuilds": index.rebuilds,
+                  "rebuilding": index.rebuilding},
+        "expired": maintenance.expired if maintenance else 0,
+        "evicted": maintenance.evicted if maintenance else 0,
+    }
+
+
+def _controls(request: Request) -> RequestControls:
+    directives = {part.strip().lower() for part in request.headers.get("cache-control", "").split(",")}
+    ttl_header = request.headers.get("x-semcache-ttl")
+    ttl: float | None = None
+    if ttl_header is not None:
+        try:
+            ttl = float(ttl_header)
+        except ValueError:
+            ttl = -1.0
+        if not math.isfinite(ttl) or ttl < 0:
+            raise InvalidRequest("X-Semcache-TTL must be a number of seconds, 0 or more", code="invalid_ttl")
+    return RequestControls(read_cache="no-cache" not in directives, store="no-store" not in directives, ttl_s=ttl)
+
+
+def _outcome_headers(lookup: Lookup) -> dict[str, str]:
+    headers = {"X-Semcache": lookup.outcome}
+    if lookup.hit is not None:
+        headers["X-Semcache-Tier"] = lookup.hit.tier
+        if lookup.hit.tier == "semantic" and lookup.hit.similarity is not None:
+            headers["X-Semcache-Similarity"] = f"{lookup.hit.similarity:.4f}"
+    return headers
+
+
+def _sse(chunks: AsyncIterator[dict[str, Any]], headers: dict[str, str],
+         first: dict[str, Any] | None = None) -> StreamingResponse:
+    return StreamingResponse(_sse_events(chunks, first), media_type="text/event-stream",
+                             headers={**headers, "Cache-Control": "no-cache"})
+
+
+async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None) -> AsyncIterator[str]:
+    try:
+        if first is not None:
+            yield _event(first)
+        async for chunk in chunks:
+            yield _event(chunk)
+    except SemcacheError as error:
+        # Headers are gone already: report in-band, as OpenAI does, and never send [DONE].
+        log.warning("stream ended early: %s", error.message)
+        yield _event(error.to_openai())
+        return
+    yield "data: [DONE]\n\n"
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'), ensure_ascii=False)}\n\n"

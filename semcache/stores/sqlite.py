@@ -1,0 +1,257 @@
+"""The embedded store: entries and their vectors in SQLite (WAL), under the data folder.
+
+Every call runs on one dedicated worker thread that owns the connection, so the event loop never
+blocks on disk and SQLite never sees two threads. Commits use ``synchronous=FULL``: once ``put``
+returns, the entry survives a crash of the process and of the machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..entries import CacheEntry, RemovedEntry
+
+T = TypeVar("T")
+
+_COLUMNS = "id, namespace, scope, exact_key, model, prompt, answer, created_at, expires_at, last_access, hits, vector"
+
+
+def _m001_entries(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE entries (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: ids double as FAISS ids
+            namespace TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            exact_key TEXT NOT NULL UNIQUE,
+            model TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            answer TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL,
+            last_access REAL NOT NULL,
+            hits INTEGER NOT NULL DEFAULT 0,
+            vector BLOB
+        )"""
+    )
+    db.execute("CREATE INDEX entries_expires_at ON entries(expires_at) WHERE expires_at IS NOT NULL")
+    db.execute("CREATE INDEX entries_last_access ON entries(last_access)")
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m001_entries]
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """An explicit transaction; the connection runs in autocommit mode otherwise."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Apply, in order, the migrations not yet recorded in ``_migrations``."""
+    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    applied = {row[0] for row in db.execute("SELECT name FROM _migrations")}
+    for migration in MIGRATIONS:
+        if migration.__name__ in applied:
+            continue
+        with _transaction(db):
+            migration(db)
+            db.execute("INSERT INTO _migrations VALUES (?, ?)", (migration.__name__, time.time()))
+
+
+class SQLiteStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semcache-sqlite")
+        self._db: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        await self._call(self._open)
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA busy_timeout=5000")
+        migrate(db)
+        self._db = db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._call(self._db.close)
+            self._db = None
+        self._executor.shutdown(wait=True)
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("the store is not open")
+        return self._db
+
+    # -- Store protocol ------------------------------------------------------------------------
+
+    async def put(self, entry: CacheEntry) -> tuple[int, list[RemovedEntry]]:
+        return await self._call(self._put, entry)
+
+    def _put(self, entry: CacheEntry) -> tuple[int, list[RemovedEntry]]:
+        vector = None if entry.vector is None else np.asarray(entry.vector, dtype=np.float32).tobytes()
+        with _transaction(self.db):
+            removed = [
+                RemovedEntry(row[0], row[1])
+                for row in self.db.execute(
+                    "DELETE FROM entries WHERE exact_key = ? RETURNING id, scope", (entry.exact_key,)
+                )
+            ]
+            cursor = self.db.execute(
+                f"INSERT INTO entries ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.namespace, entry.scope, entry.exact_key, entry.model, entry.prompt, entry.answer,
+                 entry.created_at, entry.expires_at, entry.last_access or entry.created_at, entry.hits, vector),
+            )
+        entry_id = cursor.lastrowid
+        assert entry_id is not None
+        return entry_id, removed
+
+    async def get(self, entry_id: int) -> CacheEntry | None:
+        return await self._call(self._get_one, "id", entry_id)
+
+    async def get_by_exact_key(self, exact_key: str) -> CacheEntry | None:
+        return await self._call(self._get_one, "exact_key", exact_key)
+
+    def _get_one(self, column: str, value: object) -> CacheEntry | None:
+        row = self.db.execute(f"SELECT {_COLUMNS} FROM entries WHERE {column} = ?", (value,)).fetchone()
+        return None if row is None else _entry_from_row(row)
+
+    async def touch(self, accesses: dict[int, float]) -> None:
+        if accesses:
+            await self._call(self._touch, list(accesses.items()))
+
+    def _touch(self, accesses: list[tuple[int, float]]) -> None:
+        with _transaction(self.db):
+            self.db.executemany(
+                "UPDATE entries SET last_access = max(last_access, ?), hits = hits + 1 WHERE id = ?",
+                [(at, entry_id) for entry_id, at in accesses],
+            )
+
+    async def delete_expired(self, now: float) -> list[RemovedEntry]:
+        return await self._call(
+            self._delete_returning, "DELETE FROM entries WHERE expires_at <= ? RETURNING id, scope", (now,)
+        )
+
+    async def evict_least_recently_used(self, keep: int) -> list[RemovedEntry]:
+        return await self._call(
+            self._delete_returning,
+            "DELETE FROM entries WHERE id IN (SELECT id FROM entries ORDER BY last_access ASC, id ASC "
+            "LIMIT max((SELECT count(*) FROM entries) - ?, 0)) RETURNING id, scope",
+            (keep,),
+        )
+
+    async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]:
+        ids = list(entry_ids)
+        removed: list[RemovedEntry] = []
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            removed += await self._call(
+                self._delete_returning, f"DELETE FROM entries WHERE id IN ({marks}) RETURNING id, scope", chunk
+            )
+        return removed
+
+    def _delete_returning(self, sql: str, params: Iterable[object]) -> list[RemovedEntry]:
+        with _transaction(self.db):
+            return [RemovedEntry(row[0], row[1]) for row in self.db.execute(sql, tuple(params))]
+
+    async def count(self) -> int:
+        return await self._call(lambda: int(self.db.execute("SELECT count(*) FROM entries").fetchone()[0]))
+
+    async def vectors(self, batch_size: int = 10_000) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
+        last_id = 0
+        while True:
+            rows = await self._call(self._vector_batch, last_id, batch_size)
+            if not rows:
+                return
+            last_id = rows[-1][0]
+            usable = [row for row in rows if row[2] is not None]
+            if usable:
+                matrix = np.vstack([np.frombuffer(row[2], dtype=np.float32) for row in usable])
+                yield [row[0] for row in usable], [row[1] for row in usable], matrix
+
+    def _vector_batch(self, after_id: int, limit: int) -> list[tuple[int, str, bytes | None]]:
+        return self.db.execute(
+            "SELECT id, scope, vector FROM entries WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)
+        ).fetchall()
+
+    # -- used at start-up to reconcile the FAISS snapshot --------------------------------------
+
+    async def ids_and_scopes(self) -> dict[int, str]:
+        return await self._call(lambda: dict(self.db.execute("SELECT id, scope FROM entries").fetchall()))
+
+    async def vectors_for(self, entry_ids: list[int]) -> tuple[list[int], list[str], np.ndarray]:
+        found_ids: list[int] = []
+        scopes: list[str] = []
+        rows: list[np.ndarray] = []
+        for start in range(0, len(entry_ids), 500):
+            chunk = entry_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for entry_id, scope, blob in await self._call(
+                lambda c=chunk, m=marks: self.db.execute(
+                    f"SELECT id, scope, vector FROM entries WHERE id IN ({m}) AND vector IS NOT NULL", c
+                ).fetchall()
+            ):
+                found_ids.append(entry_id)
+                scopes.append(scope)
+                rows.append(np.frombuffer(blob, dtype=np.float32))
+        matrix = np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+        return found_ids, scopes, matrix
+
+    async def prompts(self) -> list[tuple[int, str]]:
+        return await self._call(lambda: self.db.execute("SELECT id, prompt FROM entries ORDER BY id").fetchall())
+
+    async def set_vectors(self, entry_ids: list[int], vectors: np.ndarray) -> None:
+        def write() -> None:
+            with _transaction(self.db):
+                self.db.executemany(
+                    "UPDATE entries SET vector = ? WHERE id = ?",
+                    [(np.asarray(v, dtype=np.float32).tobytes(), i) for i, v in zip(entry_ids, vectors, strict=True)],
+                )
+
+        await self._call(write)
+
+    async def get_meta(self, key: str) -> str | None:
+        row = await self._call(lambda: self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone())
+        return None if row is None else str(row[0])
+
+    async def set_meta(self, key: str, value: str) -> None:
+        def write() -> None:
+            with _transaction(self.db):
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+        await self._call(write)
+
+
+def _entry_from_row(row: tuple[Any, ...]) -> CacheEntry:
+    (entry_id, namespace, scope, exact_key, model, prompt, answer, created_at, expires_at, last_access, hits,
+     vector) = row
+    return CacheEntry(
+        id=entry_id, namespace=namespace, scope=scope, exact_key=exact_key, model=model, prompt=prompt,
+        answer=answer, created_at=created_at, expires_at=expires_at, last_access=last_access, hits=hits,
+        vector=None if vector is None else np.frombuffer(vector, dtype=np.float32),
+    )

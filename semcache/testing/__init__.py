@@ -1,0 +1,1 @@
+"""Test and benchmark helpers for semcache (stand-in upstream servers, etc.)."""

@@ -1,0 +1,639 @@
+"""A stand-in for an OpenAI-compatible LLM API, for tests and benchmarks.
+
+This is a real HTTP server (FastAPI under uvicorn on loopback), not a mock.
+It answers ``POST /v1/chat/completions`` deterministically -- the answer is
+``"Answer to: <last user message>"`` unless ``state.answers`` overrides it --
+records every chat request, and can be told to misbehave (latency, HTTP
+errors, cut or malformed streams, hangs, odd finish reasons, tool calls).
+
+Use from Python::
+
+    with StandinUpstream() as upstream:
+        client = openai.OpenAI(base_url=upstream.base_url, api_key="x")
+        upstream.set_fault(status=429, retry_after=1, times=1)
+        ...
+
+or over HTTP (``POST /_control``, ``GET /_calls``, ``POST /_reset``), or in
+the foreground::
+
+    python -m semcache.testing.standin_upstream --port 8000 --latency-s 0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+MODEL_ID = "standin-model"
+CHAT_PATH = "/v1/chat/completions"
+HANG_SECONDS = 3600.0
+GARBAGE_SSE_EVENT = b"data: {not json\n\n"
+DONE_SSE_EVENT = b"data: [DONE]\n\n"
+_POLL_INTERVAL_S = 0.05
+
+# HTTP status -> (error code, error type) for OpenAI-shaped error bodies.
+_ERROR_KINDS: dict[int, tuple[str, str]] = {
+    429: ("rate_limit_exceeded", "requests"),
+    500: ("internal_error", "server_error"),
+    502: ("bad_gateway", "server_error"),
+    503: ("service_unavailable", "server_error"),
+}
+
+
+# --------------------------------------------------------------------------
+# State
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    """How the stand-in should misbehave for upcoming chat requests.
+
+    ``times`` limits how many matching requests the whole fault applies to
+    (``None`` = forever); ``match`` restricts it to requests whose last user
+    message contains that substring.
+    """
+
+    latency_s: float = 0.0
+    chunk_delay_s: float = 0.0
+    status: int | None = None
+    retry_after: float | str | None = None
+    times: int | None = None
+    cut_after_chunks: int | None = None
+    malformed_sse: bool = False
+    hang_before_first_byte: bool = False
+    finish_reason: str | None = None
+    tool_calls: bool = False
+    match: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and not (isinstance(self.status, int) and 100 <= self.status <= 599):
+            raise ValueError(f"status must be an HTTP status code, got {self.status!r}")
+        if self.times is not None and self.times < 0:
+            raise ValueError("times must be >= 0 or None")
+        if self.cut_after_chunks is not None and self.cut_after_chunks < 0:
+            raise ValueError("cut_after_chunks must be >= 0 or None")
+        if self.latency_s < 0 or self.chunk_delay_s < 0:
+            raise ValueError("latency_s and chunk_delay_s must be >= 0")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Fault:
+        """Build a fault from a JSON object, rejecting unknown keys."""
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ValueError("fault must be a JSON object")
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown fault field(s): {sorted(unknown)}")
+        return cls(**data)
+
+    def applies_to(self, prompt: str) -> bool:
+        """Whether this fault targets a request with this last user message."""
+        return self.match is None or self.match in prompt
+
+
+@dataclass
+class StandinState:
+    """Everything the stand-in server knows; shared between test and server thread.
+
+    ``answers`` maps a last-user-message text to a canned answer.
+    ``base_latency_s`` is an always-on delay that ``reset()`` keeps.
+    """
+
+    answers: dict[str, str] = field(default_factory=dict)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    fault: Fault | None = None
+    base_latency_s: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    def set_fault(self, fault: Fault | None = None, **kwargs: Any) -> Fault | None:
+        """Replace the current fault (``fault`` object or ``Fault(**kwargs)``)."""
+        new = fault if fault is not None else (Fault(**kwargs) if kwargs else None)
+        with self.lock:
+            self.fault = new
+        return new
+
+    def clear_fault(self) -> None:
+        """Go back to normal behaviour."""
+        self.set_fault(None)
+
+    def reset(self) -> None:
+        """Forget recorded calls and clear the fault (answers are kept)."""
+        with self.lock:
+            self.calls.clear()
+            self.fault = None
+
+    def record_call(self, call: dict[str, Any]) -> None:
+        """Append one recorded request."""
+        with self.lock:
+            self.calls.append(call)
+
+    def snapshot_calls(self) -> list[dict[str, Any]]:
+        """A copy of the recorded calls, safe to read from any thread."""
+        with self.lock:
+            return list(self.calls)
+
+    def answer_for(self, prompt: str) -> str:
+        """The deterministic answer text for a last user message."""
+        with self.lock:
+            canned = self.answers.get(prompt)
+        return canned if canned is not None else f"Answer to: {prompt}"
+
+    def take_fault(self, prompt: str) -> Fault | None:
+        """Return (a copy of) the fault for this request and use up one ``times``."""
+        with self.lock:
+            fault = self.fault
+            if fault is None or not fault.applies_to(prompt):
+                return None
+            if fault.times is not None:
+                if fault.times <= 0:
+                    self.fault = None
+                    return None
+                remaining = fault.times - 1
+                self.fault = replace(fault, times=remaining) if remaining > 0 else None
+            return replace(fault)
+
+
+# --------------------------------------------------------------------------
+# Request helpers
+# --------------------------------------------------------------------------
+
+
+def content_text(content: Any) -> str:
+    """Text of a message ``content`` (a string or a list of content parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return "\n".join(t for t in texts if isinstance(t, str))
+    return ""
+
+
+def last_user_text(messages: Any) -> str:
+    """Text of the last ``role: user`` message, or ``""``."""
+    if not isinstance(messages, list):
+        return ""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return content_text(message.get("content"))
+    return ""
+
+
+def rough_tokens(text: str) -> int:
+    """A rough token count (about four characters per token)."""
+    return (len(text) + 3) // 4
+
+
+def split_pieces(text: str) -> list[str]:
+    """Split into word pieces that keep their spaces, so ``"".join`` restores ``text``."""
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+async def _read_json(request: Request) -> Any:
+    """The request body as JSON, or ``None`` if it is not valid JSON."""
+    try:
+        return json.loads(await request.body())
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _error_response(status: int, message: str, *, retry_after: float | str | None = None) -> JSONResponse:
+    """An OpenAI-shaped error response."""
+    fallback_type = "invalid_request_error" if status < 500 else "server_error"
+    code, error_type = _ERROR_KINDS.get(status, ("standin_error", fallback_type))
+    headers = {} if retry_after is None else {"retry-after": _format_retry_after(retry_after)}
+    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _format_retry_after(value: float | str) -> str:
+    """Format a Retry-After value ("2", "0.5", or an HTTP date passed as a string)."""
+    if isinstance(value, str):
+        return value
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+async def _sleep(seconds: float, interrupted: Callable[[], Awaitable[bool]]) -> bool:
+    """Sleep in small steps; return False early if ``interrupted()`` turns true."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while (remaining := deadline - loop.time()) > 0:
+        if await interrupted():
+            return False
+        await asyncio.sleep(min(remaining, _POLL_INTERVAL_S))
+    return True
+
+
+# --------------------------------------------------------------------------
+# Building replies
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class _Reply:
+    """Everything needed to render one completion, streamed or not."""
+
+    id: str
+    created: int
+    model: str
+    content: str | None
+    tool_call: dict[str, Any] | None
+    finish_reason: str
+    usage: dict[str, int]
+
+
+def _build_reply(body: dict[str, Any], answer: str, fault: Fault) -> _Reply:
+    """Decide the reply's content (or tool call), finish reason and usage."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    prompt_tokens = sum(rough_tokens(content_text(m.get("content"))) for m in messages)
+    tool_call = _tool_call_for(body, last_user_text(body.get("messages"))) if fault.tool_calls else None
+    content = None if tool_call else answer
+    output = tool_call["function"]["arguments"] if tool_call else answer
+    completion_tokens = rough_tokens(output)
+    return _Reply(
+        id=f"chatcmpl-standin-{uuid.uuid4().hex[:24]}",
+        created=int(time.time()),
+        model=str(body.get("model") or MODEL_ID),
+        content=content,
+        tool_call=tool_call,
+        finish_reason=fault.finish_reason or ("tool_calls" if tool_call else "stop"),
+        usage={
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    )
+
+
+def _tool_call_for(body: dict[str, Any], prompt: str) -> dict[str, Any]:
+    """A tool call naming the request's first function tool (or ``standin_tool``)."""
+    name = "standin_tool"
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools and isinstance(tools[0], dict):
+        name = (tools[0].get("function") or {}).get("name") or name
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps({"prompt": prompt})},
+    }
+
+
+def _completion_json(reply: _Reply) -> dict[str, Any]:
+    """A full non-streamed ``chat.completion`` object."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+    if reply.tool_call:
+        message["tool_calls"] = [reply.tool_call]
+    return {
+        "id": reply.id,
+        "object": "chat.completion",
+        "created": reply.created,
+        "model": reply.model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
+        "usage": reply.usage,
+        "system_fingerprint": None,
+    }
+
+
+def _chunk(reply: _Reply, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` object with a single choice."""
+    return {
+        "id": reply.id,
+        "object": "chat.completion.chunk",
+        "created": reply.created,
+        "model": reply.model,
+        "system_fingerprint": None,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+
+
+def _first_delta(reply: _Reply) -> dict[str, Any]:
+    """The opening delta: the role (and, for tool calls, the call's id and name)."""
+    if reply.tool_call is None:
+        return {"role": "assistant", "content": ""}
+    call = reply.tool_call
+    function = {"name": call["function"]["name"], "arguments": ""}
+    head = {"index": 0, "id": call["id"], "type": "function", "function": function}
+    return {"role": "assistant", "content": None, "tool_calls": [head]}
+
+
+def _piece_deltas(reply: _Reply) -> list[dict[str, Any]]:
+    """The content deltas (or tool-call argument deltas), one per word piece."""
+    if reply.tool_call is None:
+        return [{"content": piece} for piece in split_pieces(reply.content or "")]
+    arguments = reply.tool_call["function"]["arguments"]
+    return [{"tool_calls": [{"index": 0, "function": {"arguments": piece}}]} for piece in split_pieces(arguments)]
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    """Encode one SSE ``data:`` event."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+# --------------------------------------------------------------------------
+# Responses
+# --------------------------------------------------------------------------
+
+
+class _AbortStream(Exception):
+    """Raised by a body iterator to drop the connection without finishing."""
+
+
+class _AbortableStreamingResponse(StreamingResponse):
+    """A StreamingResponse whose iterator may raise ``_AbortStream``.
+
+    On abort the final (empty, ``more_body=False``) message is never sent, so
+    uvicorn closes the connection mid-body, like a crashed upstream.
+    """
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except _AbortStream:
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _sse_events(
+    reply: _Reply, fault: Fault, include_usage: bool, interrupted: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[bytes]:
+    """The SSE byte stream for a reply, with the fault's delays, garbage and cut applied."""
+    extra = {"usage": None} if include_usage else {}
+    yield _sse(_chunk(reply, _first_delta(reply)) | extra)
+    deltas = _piece_deltas(reply)
+    garbage_at = len(deltas) // 2 if fault.malformed_sse else None
+    for index, delta in enumerate(deltas):
+        if fault.cut_after_chunks is not None and index >= fault.cut_after_chunks:
+            raise _AbortStream
+        if index == garbage_at:
+            yield GARBAGE_SSE_EVENT
+        if fault.chunk_delay_s and not await _sleep(fault.chunk_delay_s, interrupted):
+            return
+        yield _sse(_chunk(reply, delta) | extra)
+    if garbage_at is not None and not deltas:
+        yield GARBAGE_SSE_EVENT
+    if fault.cut_after_chunks is not None:
+        raise _AbortStream
+    yield _sse(_chunk(reply, {}, reply.finish_reason) | extra)
+    if include_usage:
+        yield _sse(_chunk(reply, {}) | {"choices": [], "usage": reply.usage})
+    yield DONE_SSE_EVENT
+
+
+async def _truncated_body(data: bytes) -> AsyncIterator[bytes]:
+    """Send the first half of ``data`` and then drop the connection."""
+    yield data[: len(data) // 2]
+    raise _AbortStream
+
+
+def _stream_response(
+    reply: _Reply, fault: Fault, body: dict[str, Any], interrupted: Callable[[], Awaitable[bool]]
+) -> Response:
+    """The ``stream: true`` response."""
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    events = _sse_events(reply, fault, include_usage, interrupted)
+    return _AbortableStreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+def _plain_response(reply: _Reply, fault: Fault) -> Response:
+    """The ``stream: false`` response, truncated if the fault cuts responses."""
+    data = json.dumps(_completion_json(reply)).encode()
+    if fault.cut_after_chunks is None:
+        return Response(data, media_type="application/json")
+    headers = {"content-length": str(len(data))}
+    return _AbortableStreamingResponse(_truncated_body(data), media_type="application/json", headers=headers)
+
+
+# --------------------------------------------------------------------------
+# The app
+# --------------------------------------------------------------------------
+
+
+def _record(state: StandinState, request: Request, body: Any) -> None:
+    """Record one request in ``state.calls``."""
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    state.record_call({"path": request.url.path, "json": body, "headers": headers, "time": time.time()})
+
+
+async def _wait_before_answer(state: StandinState, fault: Fault, interrupted: Callable[[], Awaitable[bool]]) -> bool:
+    """Apply hang and latency before anything is sent; False if interrupted."""
+    if fault.hang_before_first_byte and not await _sleep(HANG_SECONDS, interrupted):
+        return False
+    delay = state.base_latency_s + fault.latency_s
+    return not delay or await _sleep(delay, interrupted)
+
+
+async def _chat_completions(state: StandinState, request: Request) -> Response:
+    """Handle ``POST /v1/chat/completions``."""
+    body = await _read_json(request)
+    _record(state, request, body)
+    if not isinstance(body, dict):
+        return _error_response(400, "Request body must be a JSON object.")
+    prompt = last_user_text(body.get("messages"))
+    fault = state.take_fault(prompt) or Fault()
+
+    async def client_gone() -> bool:
+        return state.stopping.is_set() or await request.is_disconnected()
+
+    async def server_stopping() -> bool:
+        return state.stopping.is_set()
+
+    if not await _wait_before_answer(state, fault, client_gone):
+        return Response(status_code=499)
+    if fault.status is not None:
+        return _error_response(fault.status, f"Stand-in fault: HTTP {fault.status}", retry_after=fault.retry_after)
+    reply = _build_reply(body, state.answer_for(prompt), fault)
+    if body.get("stream"):
+        # StreamingResponse itself notices disconnects; only watch for shutdown here.
+        return _stream_response(reply, fault, body, server_stopping)
+    return _plain_response(reply, fault)
+
+
+def create_standin_app(state: StandinState) -> FastAPI:
+    """Create the stand-in ASGI app serving (and recording into) ``state``."""
+    app = FastAPI(title="semcache stand-in upstream", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.post(CHAT_PATH)
+    async def chat_completions(request: Request) -> Response:
+        return await _chat_completions(state, request)
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "standin"}]}
+
+    @app.post("/_control")
+    async def set_control(request: Request) -> Response:
+        try:
+            fault = Fault.from_dict(await _read_json(request))
+        except (TypeError, ValueError) as exc:
+            return _error_response(400, f"Bad fault: {exc}")
+        state.set_fault(fault)
+        return JSONResponse({"fault": asdict(fault)})
+
+    @app.get("/_control")
+    async def get_control() -> dict[str, Any]:
+        fault = state.fault
+        return {"fault": None if fault is None else asdict(fault)}
+
+    @app.get("/_calls")
+    async def get_calls() -> dict[str, Any]:
+        calls = state.snapshot_calls()
+        return {"count": len(calls), "calls": calls}
+
+    @app.post("/_reset")
+    async def reset() -> dict[str, Any]:
+        state.reset()
+        return {"ok": True}
+
+    return app
+
+
+# --------------------------------------------------------------------------
+# Running it
+# --------------------------------------------------------------------------
+
+
+class StandinUpstream:
+    """Run the stand-in under uvicorn in a background thread on loopback.
+
+    Use as a context manager or call ``start()`` / ``stop()``.
+    """
+
+    def __init__(
+        self,
+        state: StandinState | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        startup_timeout_s: float = 10.0,
+        shutdown_timeout_s: float = 5.0,
+    ) -> None:
+        self.state = state if state is not None else StandinState()
+        self.host = host
+        self.port = port
+        self.log_level = log_level
+        self.startup_timeout_s = startup_timeout_s
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+
+    @property
+    def root_url(self) -> str:
+        """``http://127.0.0.1:PORT`` (the control API lives here)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL, ``http://127.0.0.1:PORT/v1``."""
+        return f"{self.root_url}/v1"
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """A snapshot of the recorded requests."""
+        return self.state.snapshot_calls()
+
+    def chat_calls(self) -> int:
+        """How many chat-completion requests reached the stand-in."""
+        return sum(1 for call in self.calls if call["path"] == CHAT_PATH)
+
+    def set_fault(self, **kwargs: Any) -> Fault | None:
+        """Replace the current fault with ``Fault(**kwargs)`` (no kwargs: clear it)."""
+        return self.state.set_fault(**kwargs)
+
+    def reset(self) -> None:
+        """Forget recorded calls and clear the fault."""
+        self.state.reset()
+
+    def start(self) -> StandinUpstream:
+        """Bind a port, start serving in a thread and wait until it answers."""
+        if self._thread is not None:
+            raise RuntimeError("StandinUpstream is already running")
+        self.state.stopping.clear()
+        self._socket = self._bind()
+        self.port = self._socket.getsockname()[1]
+        config = uvicorn.Config(
+            create_standin_app(self.state),
+            log_level=self.log_level,
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="standin-upstream", daemon=True
+        )
+        self._thread.start()
+        self._wait_started()
+        return self
+
+    def stop(self) -> None:
+        """Ask uvicorn to exit, interrupt sleeping handlers and join the thread."""
+        if self._thread is None or self._server is None:
+            return
+        self.state.stopping.set()
+        self._server.should_exit = True
+        self._thread.join(self.shutdown_timeout_s)
+        if self._thread.is_alive():
+            self._server.force_exit = True
+            self._thread.join(self.shutdown_timeout_s)
+        if self._socket is not None:
+            self._socket.close()
+        self._thread = self._server = self._socket = None
+
+    def __enter__(self) -> StandinUpstream:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _bind(self) -> socket.socket:
+        """A bound socket on ``host:port`` (port 0 picks a free one)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        return sock
+
+    def _wait_started(self) -> None:
+        """Block until uvicorn reports started; fail if the thread dies or times out."""
+        assert self._server is not None and self._thread is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("stand-in upstream failed to start")
+            time.sleep(0.01)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the stand-in in the foreground (for benchmarks and manual use)."""
+    parser = argparse.ArgumentParser(description="Stand-in OpenAI-compatible upstream server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--latency-s", type=float, default=0.0, help="delay before every answer")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    state = StandinState(base_latency_s=args.latency_s)
+    app = create_standin_app(state)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off")
+
+
+if __name__ == "__main__":
+    main()

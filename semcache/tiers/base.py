@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TierName = Literal["exact", "template", "semantic"]
+
+
+@dataclass(frozen=True)
+class Hit:
+    tier: TierName
+    answer: str
+    matched_prompt: str
+    entry_id: int | None = None  # None for templates
+    similarity: float | None = None  # cosine, set on semantic and template matches

