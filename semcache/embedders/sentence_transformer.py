@@ -20,7 +20,11 @@ class SentenceTransformerEmbedder:
 
         self._model = SentenceTransformer(str(model_path), device=device)
         self.name = name or Path(model_path).name
-        dimension = self._model.get_sentence_embedding_dimension()
+        # sentence-transformers renamed this method in version 6; support both.
+        get_dimension = getattr(self._model, "get_embedding_dimension", None) or (
+            self._model.get_sentence_embedding_dimension
+        )
+        dimension = get_dimension()
         if dimension is None:
             raise ValueError(f"cannot tell the embedding size of {model_path}")
         self.dimension = int(dimension)

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import re
-import socket
 import threading
 import time
 import uuid
@@ -36,6 +35,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from .servers import ThreadedUvicorn
 
 MODEL_ID = "standin-model"
 CHAT_PATH = "/v1/chat/completions"
@@ -515,25 +516,13 @@ class StandinUpstream:
     Use as a context manager or call ``start()`` / ``stop()``.
     """
 
-    def __init__(
-        self,
-        state: StandinState | None = None,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        log_level: str = "warning",
-        startup_timeout_s: float = 10.0,
-        shutdown_timeout_s: float = 5.0,
-    ) -> None:
+    def __init__(self, state: StandinState | None = None, *, host: str = "127.0.0.1",
+                 log_level: str = "warning") -> None:
         self.state = state if state is not None else StandinState()
         self.host = host
-        self.port = port
         self.log_level = log_level
-        self.startup_timeout_s = startup_timeout_s
-        self.shutdown_timeout_s = shutdown_timeout_s
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._socket: socket.socket | None = None
+        self._server: ThreadedUvicorn | None = None
+        self.port = 0  # set by start(); kept after stop() so tests can check the port is closed
 
     @property
     def root_url(self) -> str:
@@ -563,63 +552,29 @@ class StandinUpstream:
         self.state.reset()
 
     def start(self) -> StandinUpstream:
-        """Bind a port, start serving in a thread and wait until it answers."""
-        if self._thread is not None:
+        """Bind a free port, start serving in a thread and wait until it answers."""
+        if self._server is not None:
             raise RuntimeError("StandinUpstream is already running")
         self.state.stopping.clear()
-        self._socket = self._bind()
-        self.port = self._socket.getsockname()[1]
-        config = uvicorn.Config(
-            create_standin_app(self.state),
-            log_level=self.log_level,
-            lifespan="off",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, name="standin-upstream", daemon=True
-        )
-        self._thread.start()
-        self._wait_started()
+        self._server = ThreadedUvicorn(
+            create_standin_app(self.state), host=self.host, lifespan="off", log_level=self.log_level
+        ).start()
+        self.port = self._server.port
         return self
 
     def stop(self) -> None:
-        """Ask uvicorn to exit, interrupt sleeping handlers and join the thread."""
-        if self._thread is None or self._server is None:
+        """Interrupt sleeping handlers and stop the server thread."""
+        if self._server is None:
             return
         self.state.stopping.set()
-        self._server.should_exit = True
-        self._thread.join(self.shutdown_timeout_s)
-        if self._thread.is_alive():
-            self._server.force_exit = True
-            self._thread.join(self.shutdown_timeout_s)
-        if self._socket is not None:
-            self._socket.close()
-        self._thread = self._server = self._socket = None
+        self._server.stop()
+        self._server = None
 
     def __enter__(self) -> StandinUpstream:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-    def _bind(self) -> socket.socket:
-        """A bound socket on ``host:port`` (port 0 picks a free one)."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        return sock
-
-    def _wait_started(self) -> None:
-        """Block until uvicorn reports started; fail if the thread dies or times out."""
-        assert self._server is not None and self._thread is not None
-        deadline = time.monotonic() + self.startup_timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("stand-in upstream failed to start")
-            time.sleep(0.01)
 
 
 def main(argv: list[str] | None = None) -> None:

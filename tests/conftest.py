@@ -1,0 +1,78 @@
+"""Shared fixtures: the real embedding model (loaded once), a stand-in upstream, and the service
+running in front of it on loopback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from semcache.embedders import load_embedder
+from semcache.embedders.sentence_transformer import SentenceTransformerEmbedder
+from semcache.server import create_app
+from semcache.settings import Settings
+from semcache.testing.servers import ThreadedUvicorn, wait_healthy
+from semcache.testing.standin_upstream import StandinUpstream
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def minilm() -> SentenceTransformerEmbedder:
+    return load_embedder("all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def _standin_server() -> Iterator[StandinUpstream]:
+    with StandinUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def upstream(_standin_server: StandinUpstream) -> StandinUpstream:
+    _standin_server.reset()
+    _standin_server.state.answers.clear()
+    return _standin_server
+
+
+@pytest.fixture
+def serve(tmp_path: Path, upstream: StandinUpstream, minilm: SentenceTransformerEmbedder) -> Iterator[Callable[..., str]]:
+    """Start semcache in this process with the real model; returns its base URL."""
+    running: list[ThreadedUvicorn] = []
+
+    def start(**overrides: Any) -> str:
+        values = {"data_dir": tmp_path / f"data{len(running)}", "upstream_url": upstream.base_url,
+                  "sweep_interval_s": 0.2, **overrides}
+        server = ThreadedUvicorn(create_app(Settings(**values), embedder=minilm)).start()
+        running.append(server)
+        wait_healthy(server.url)
+        return server.url
+
+    yield start
+    for server in running:
+        server.stop()
+
+
+@pytest.fixture
+def service(serve: Callable[..., str]) -> str:
+    return serve()
+
+
+@pytest.fixture
+def client(service: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{service}/v1", api_key="sk-test", max_retries=0)
+
+
+def ask(client: openai.OpenAI, prompt: str, **kwargs: Any) -> tuple[str, dict[str, str]]:
+    """One non-streamed question; returns the answer and the response headers."""
+    extra_headers = kwargs.pop("extra_headers", None)
+    messages = kwargs.pop("messages", None) or [{"role": "user", "content": prompt}]
+    raw = client.chat.completions.with_raw_response.create(
+        model=kwargs.pop("model", "test-model"), messages=messages, extra_headers=extra_headers, **kwargs
+    )
+    return raw.parse().choices[0].message.content or "", dict(raw.headers)
