@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -25,14 +25,26 @@ console = Console()
 
 @app.command(epilog="Example: semcache serve --upstream http://127.0.0.1:8000/v1 --port 8080")
 def serve(
-    host: Annotated[str | None, typer.Option(help="Interface to listen on. (env SEMCACHE_HOST; default 127.0.0.1)")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Interface to listen on. (env SEMCACHE_HOST; default 127.0.0.1)")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Port. (env SEMCACHE_PORT; default 8080)")] = None,
-    upstream: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL. (env SEMCACHE_UPSTREAM_URL)")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Entries and index folder. (env SEMCACHE_DATA_DIR; default index/)")] = None,
-    templates: Annotated[Path | None, typer.Option(help="Template file, YAML or JSON. (env SEMCACHE_TEMPLATES)")] = None,
-    threshold: Annotated[float | None, typer.Option(help="Minimum cosine (0-1) for a semantic hit. (env SEMCACHE_THRESHOLD)")] = None,
+    upstream: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL. (env SEMCACHE_UPSTREAM_URL)")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Entries and index folder. (env SEMCACHE_DATA_DIR; default index/)")
+    ] = None,
+    templates: Annotated[
+        Path | None, typer.Option(help="Template file, YAML or JSON. (env SEMCACHE_TEMPLATES)")
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option(help="Minimum cosine (0-1) for a semantic hit. (env SEMCACHE_THRESHOLD)")
+    ] = None,
     ttl: Annotated[float | None, typer.Option(help="Default TTL in seconds, 0 = forever. (env SEMCACHE_TTL)")] = None,
-    max_entries: Annotated[int | None, typer.Option(help="Size bound, LRU eviction. (env SEMCACHE_MAX_ENTRIES)")] = None,
+    max_entries: Annotated[
+        int | None, typer.Option(help="Size bound, LRU eviction. (env SEMCACHE_MAX_ENTRIES)")
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any setting. (env SEMCACHE_CONFIG)")] = None,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
@@ -41,8 +53,17 @@ def serve(
 
     from .server import create_app
 
-    flags = {"host": host, "port": port, "upstream_url": upstream, "data_dir": data_dir, "templates": templates,
-             "threshold": threshold, "ttl": ttl, "max_entries": max_entries, "config": config}
+    flags = {
+        "host": host,
+        "port": port,
+        "upstream_url": upstream,
+        "data_dir": data_dir,
+        "templates": templates,
+        "threshold": threshold,
+        "ttl": ttl,
+        "max_entries": max_entries,
+        "config": config,
+    }
     settings = _settings({k: v for k, v in flags.items() if v is not None})
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -63,7 +84,12 @@ def stats(
         response.raise_for_status()
     except httpx.HTTPError as exc:
         _fail(f"cannot read {url}/stats: {exc}")
-    data = response.json()
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        _fail(f"{url}/stats did not answer with semcache statistics (a JSON object)")
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -74,13 +100,18 @@ def _stats_table(data: dict[str, Any]) -> Table:
     table = Table(title="semcache")
     for column in ("namespace", "requests", "hits", "misses", "bypass", "hit rate"):
         table.add_column(column, justify="left" if column == "namespace" else "right")
-    rows = [("all", data)] + sorted(data.get("by_namespace", {}).items())
+    rows = [("all", data), *sorted(data.get("by_namespace", {}).items())]
     for name, counts in rows:
-        table.add_row(name, *(str(counts.get(k, 0)) for k in ("requests", "hits", "misses", "bypass")),
-                      f"{counts.get('hit_rate', 0.0):.1%}")
+        table.add_row(
+            name,
+            *(str(counts.get(k, 0)) for k in ("requests", "hits", "misses", "bypass")),
+            f"{counts.get('hit_rate', 0.0):.1%}",
+        )
     tiers = data.get("tiers", {})
-    table.caption = (f"entries: {data.get('entries')}   tiers: exact {tiers.get('exact', 0)}, "
-                     f"template {tiers.get('template', 0)}, semantic {tiers.get('semantic', 0)}")
+    table.caption = (
+        f"entries: {data.get('entries')}   tiers: exact {tiers.get('exact', 0)}, "
+        f"template {tiers.get('template', 0)}, semantic {tiers.get('semantic', 0)}"
+    )
     return table
 
 
@@ -94,7 +125,7 @@ def _settings(values: dict[str, Any]) -> Settings:
         _fail(f"cannot read the configuration: {exc}")
 
 
-def _fail(message: str) -> Any:
+def _fail(message: str) -> NoReturn:
     console.print(f"[red]error:[/red] {message}")
     raise typer.Exit(2)
 

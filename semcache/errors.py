@@ -93,8 +93,14 @@ class UpstreamUnavailable(UpstreamError):
 class UpstreamStatusError(UpstreamError):
     """The upstream answered with an HTTP error; ``body`` is its OpenAI-shaped error if it sent one."""
 
-    def __init__(self, message: str, *, status_code: int, body: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message, status_code=status_code, headers=headers)
         self.body = body
 

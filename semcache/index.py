@@ -17,9 +17,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import faiss
+import faiss as _faiss
 import numpy as np
+
+# faiss's bundled type stubs describe the C++ signatures, not the numpy-friendly wrappers its
+# Python layer installs (remove_ids(array), add_with_ids(array, array)); treat it as untyped.
+faiss: Any = _faiss
 
 SNAPSHOT_VERSION = 1
 _MAX_TOMBSTONE_OVERFETCH = 64
@@ -53,7 +58,7 @@ class ScopedVectorIndex:
         self,
         dimension: int,
         *,
-        hnsw_min_entries: int = 20_000,
+        hnsw_min_entries: int = 10_000,
         hnsw_m: int = 32,
         hnsw_ef_search: int = 64,
         hnsw_ef_construction: int = 80,
@@ -153,6 +158,11 @@ class ScopedVectorIndex:
         with self._lock:
             return [scope for scope, p in self._partitions.items() if p.pending is None and self._wants_rebuild(p)]
 
+    def _kind_for(self, current: str, live: int) -> str:
+        """Flat below ``hnsw_min_entries``; an HNSW scope goes back to flat only below half of it."""
+        floor = self.hnsw_min_entries // 2 if current == "hnsw" else self.hnsw_min_entries
+        return "hnsw" if live >= floor else "flat"
+
     def _wants_rebuild(self, partition: _Partition) -> bool:
         if partition.kind == "flat":
             return partition.live_count >= self.hnsw_min_entries
@@ -171,7 +181,7 @@ class ScopedVectorIndex:
                 return False
             ids, vectors = self._live_vectors_locked(partition)
             partition.pending = []
-        kind = "hnsw" if len(ids) >= self.hnsw_min_entries else "flat"
+        kind = self._kind_for(partition.kind, len(ids))
         try:
             fresh = self._new_index(kind)
             if len(ids):
@@ -226,9 +236,14 @@ class ScopedVectorIndex:
     def save(self, folder: Path, *, embedding_model: str) -> int:
         """Write a snapshot atomically; returns the number of entries saved."""
         folder.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, np.ndarray] = {}
-        manifest: dict = {"version": SNAPSHOT_VERSION, "dimension": self.dimension,
-                          "embedding_model": embedding_model, "saved_at": time.time(), "partitions": []}
+        arrays: dict[str, Any] = {}
+        manifest: dict = {
+            "version": SNAPSHOT_VERSION,
+            "dimension": self.dimension,
+            "embedding_model": embedding_model,
+            "saved_at": time.time(),
+            "partitions": [],
+        }
         with self._lock:
             for number, (scope, partition) in enumerate(self._partitions.items()):
                 if partition.pending is not None:
@@ -251,12 +266,15 @@ class ScopedVectorIndex:
             return False
         with np.load(path, allow_pickle=False) as data:
             manifest = json.loads(data["manifest"].tobytes())
-            if (manifest.get("version") != SNAPSHOT_VERSION or manifest.get("dimension") != self.dimension
-                    or manifest.get("embedding_model") != embedding_model):
+            if (
+                manifest.get("version") != SNAPSHOT_VERSION
+                or manifest.get("dimension") != self.dimension
+                or manifest.get("embedding_model") != embedding_model
+            ):
                 return False
             partitions: dict[str, _Partition] = {}
             for item in manifest["partitions"]:
-                index = faiss.downcast_index(faiss.deserialize_index(data[f"p{item['key']}"]))
+                index = faiss.deserialize_index(data[f"p{item['key']}"])  # already an IndexIDMap2
                 partitions[item["scope"]] = _Partition(index, item["kind"], set(data[f"t{item['key']}"].tolist()))
         with self._lock:
             self._partitions = partitions

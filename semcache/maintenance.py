@@ -25,8 +25,9 @@ log = logging.getLogger("semcache.maintenance")
 _MODEL_META_KEY = "embedding_model"
 
 
-async def restore_index(store: SQLiteStore, index: ScopedVectorIndex, embedder: BatchingEmbedder,
-                        snapshot_dir: Path) -> dict[str, float]:
+async def restore_index(
+    store: SQLiteStore, index: ScopedVectorIndex, embedder: BatchingEmbedder, snapshot_dir: Path
+) -> dict[str, float]:
     """Bring ``index`` up to date with ``store``; returns what it did, for the logs."""
     started = time.monotonic()
     model = embedder.embedder.name
@@ -44,8 +45,13 @@ async def restore_index(store: SQLiteStore, index: ScopedVectorIndex, embedder: 
     for start in range(0, len(missing), 10_000):
         ids, scopes, vectors = await store.vectors_for(missing[start : start + 10_000])
         await asyncio.to_thread(_add_grouped, index, ids, scopes, vectors)
-    report = {"snapshot_loaded": float(loaded), "entries": float(len(stored)), "added": float(len(missing)),
-              "removed": float(len(stale)), "seconds": round(time.monotonic() - started, 3)}
+    report = {
+        "snapshot_loaded": float(loaded),
+        "entries": float(len(stored)),
+        "added": float(len(missing)),
+        "removed": float(len(stale)),
+        "seconds": round(time.monotonic() - started, 3),
+    }
     log.info("index restored", extra={"report": report})
     return report
 

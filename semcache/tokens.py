@@ -65,7 +65,7 @@ class TokenCounter:
         total = _TOKENS_PER_REPLY
         for message in messages:
             total += _TOKENS_PER_MESSAGE
-            for key, value in message.items():
+            for value in message.values():
                 if isinstance(value, str):
                     total += self.count_text(value, model)
                 elif value is not None:

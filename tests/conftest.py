@@ -41,13 +41,19 @@ def upstream(_standin_server: StandinUpstream) -> StandinUpstream:
 
 
 @pytest.fixture
-def serve(tmp_path: Path, upstream: StandinUpstream, minilm: SentenceTransformerEmbedder) -> Iterator[Callable[..., str]]:
+def serve(
+    tmp_path: Path, upstream: StandinUpstream, minilm: SentenceTransformerEmbedder
+) -> Iterator[Callable[..., str]]:
     """Start semcache in this process with the real model; returns its base URL."""
     running: list[ThreadedUvicorn] = []
 
     def start(**overrides: Any) -> str:
-        values = {"data_dir": tmp_path / f"data{len(running)}", "upstream_url": upstream.base_url,
-                  "sweep_interval_s": 0.2, **overrides}
+        values = {
+            "data_dir": tmp_path / f"data{len(running)}",
+            "upstream_url": upstream.base_url,
+            "sweep_interval_s": 0.2,
+            **overrides,
+        }
         server = ThreadedUvicorn(create_app(Settings(**values), embedder=minilm)).start()
         running.append(server)
         wait_healthy(server.url)

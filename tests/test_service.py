@@ -58,20 +58,38 @@ def test_hit_is_a_well_formed_completion(client: openai.OpenAI) -> None:
     [
         {"model": "another-model"},
         {"messages": [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": QUESTION}]},
-        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
-                      {"role": "user", "content": QUESTION}]},
+        {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello!"},
+                {"role": "user", "content": QUESTION},
+            ]
+        },
         {"temperature": 0.2},
         {"top_p": 0.5},
         {"max_tokens": 20},
         {"stop": ["\n"]},
         {"seed": 7},
         {"response_format": {"type": "json_object"}},
-        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-         "tool_choice": "none"},
+        {
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+            "tool_choice": "none",
+        },
         {"extra_headers": {"X-Semcache-Namespace": "tenant-b"}},
     ],
-    ids=["model", "system", "history", "temperature", "top_p", "max_tokens", "stop", "seed", "response_format",
-         "tools", "namespace"],
+    ids=[
+        "model",
+        "system",
+        "history",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "stop",
+        "seed",
+        "response_format",
+        "tools",
+        "namespace",
+    ],
 )
 def test_a_different_scope_is_a_miss(client: openai.OpenAI, upstream: StandinUpstream, change: dict) -> None:
     ask(client, QUESTION)
@@ -152,24 +170,31 @@ def test_streamed_miss_then_streamed_and_plain_hits(client: openai.OpenAI, upstr
     assert streamed(QUESTION) == (f"Answer to: {QUESTION}", "miss")
     assert streamed(QUESTION) == (f"Answer to: {QUESTION}", "hit")
     assert streamed(PARAPHRASE) == (f"Answer to: {QUESTION}", "hit")
-    assert ask(client, QUESTION) [1]["x-semcache-tier"] == "exact"
+    assert ask(client, QUESTION)[1]["x-semcache-tier"] == "exact"
     assert upstream.chat_calls() == 1
 
 
 def test_streamed_hit_reports_usage_when_asked(client: openai.OpenAI) -> None:
     ask(client, QUESTION)
-    chunks = list(client.chat.completions.create(
-        model="test-model", messages=[{"role": "user", "content": QUESTION}], stream=True,
-        stream_options={"include_usage": True},
-    ))
+    chunks = list(
+        client.chat.completions.create(
+            model="test-model",
+            messages=[{"role": "user", "content": QUESTION}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 
 def test_cut_off_stream_is_not_cached(client: openai.OpenAI, upstream: StandinUpstream) -> None:
     upstream.set_fault(cut_after_chunks=2, times=1)
     with pytest.raises(openai.APIError):
-        list(client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": QUESTION}],
-                                            stream=True))
+        list(
+            client.chat.completions.create(
+                model="test-model", messages=[{"role": "user", "content": QUESTION}], stream=True
+            )
+        )
     assert ask(client, QUESTION)[1]["x-semcache"] == "miss"
 
 
@@ -191,26 +216,31 @@ def test_upstream_errors_come_back_in_openai_shape(client: openai.OpenAI, upstre
 async def test_async_client_and_100_concurrent_requests(service: str, upstream: StandinUpstream) -> None:
     client = openai.AsyncOpenAI(base_url=f"{service}/v1", api_key="x", max_retries=0)
     questions = [f"What is {n} times {n + 1}?" for n in range(20)]
-    first = await asyncio.gather(*(
-        client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": q}])
-        for q in questions
-    ))
+    first = await asyncio.gather(
+        *(
+            client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": q}])
+            for q in questions
+        )
+    )
     assert [r.choices[0].message.content for r in first] == [f"Answer to: {q}" for q in questions]
 
     async def one(n: int) -> str:
         question = questions[n % len(questions)]
         if n % 2:
             stream = await client.chat.completions.create(
-                model="test-model", messages=[{"role": "user", "content": question}], stream=True)
+                model="test-model", messages=[{"role": "user", "content": question}], stream=True
+            )
             return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
         response = await client.chat.completions.create(
-            model="test-model", messages=[{"role": "user", "content": question}])
+            model="test-model", messages=[{"role": "user", "content": question}]
+        )
         return response.choices[0].message.content or ""
 
     answers = await asyncio.gather(*(one(n) for n in range(100)))
     assert answers == [f"Answer to: {questions[n % len(questions)]}" for n in range(100)]
     assert upstream.chat_calls() == 20
-    stats = httpx.get(f"{service}/stats").json()
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{service}/stats")).json()
     assert stats["hits"] == 100 and stats["misses"] == 20 and stats["errors"] == 0
     await client.close()
 
@@ -229,8 +259,14 @@ def test_stats_count_per_namespace(service: str, client: openai.OpenAI) -> None:
     assert stats["tiers"] == {"exact": 1, "template": 0, "semantic": 0}
     assert stats["entries"] == 2
     assert stats["by_namespace"]["default"]["hit_rate"] == 0.5
-    assert stats["by_namespace"]["team-a"] == {"requests": 1, "hits": 0, "misses": 1, "bypass": 0, "errors": 0,
-                                               "hit_rate": 0.0}
+    assert stats["by_namespace"]["team-a"] == {
+        "requests": 1,
+        "hits": 0,
+        "misses": 1,
+        "bypass": 0,
+        "errors": 0,
+        "hit_rate": 0.0,
+    }
 
 
 @pytest.mark.parametrize(
@@ -242,21 +278,40 @@ def test_stats_count_per_namespace(service: str, client: openai.OpenAI) -> None:
         (b'{"model": "m", "messages": "hello"}', {}, 400, "messages"),
         (b'{"model": "m", "messages": [{"role": "robot", "content": "hi"}]}', {}, 400, "role"),
         (b'{"model": 5, "messages": [{"role": "user", "content": "hi"}]}', {}, 400, "model"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}', {}, 400,
-         "temperature"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}',
+            {},
+            400,
+            "temperature",
+        ),
         (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}', {"x-semcache-ttl": "soon"}, 400, "TTL"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}', {"x-semcache-namespace": "a b"}, 400,
-         "Namespace"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * 5_000_000 + b'"}]}', {}, 413,
-         "larger"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}',
+            {"x-semcache-namespace": "a b"},
+            400,
+            "Namespace",
+        ),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * 5_000_000 + b'"}]}', {}, 413, "larger"),
     ],
-    ids=["invalid-json", "no-model", "empty-messages", "messages-string", "bad-role", "model-number",
-         "temperature-string", "bad-ttl", "bad-namespace", "oversized"],
+    ids=[
+        "invalid-json",
+        "no-model",
+        "empty-messages",
+        "messages-string",
+        "bad-role",
+        "model-number",
+        "temperature-string",
+        "bad-ttl",
+        "bad-namespace",
+        "oversized",
+    ],
 )
-def test_bad_input_gets_an_openai_shaped_4xx(service: str, body: bytes, headers: dict, status: int,
-                                             fragment: str) -> None:
-    response = httpx.post(f"{service}/v1/chat/completions", content=body,
-                          headers={"content-type": "application/json", **headers})
+def test_bad_input_gets_an_openai_shaped_4xx(
+    service: str, body: bytes, headers: dict, status: int, fragment: str
+) -> None:
+    response = httpx.post(
+        f"{service}/v1/chat/completions", content=body, headers={"content-type": "application/json", **headers}
+    )
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) >= {"message", "type", "code"} and fragment in error["message"]
@@ -331,6 +386,7 @@ def test_healthz_is_503_until_loaded(tmp_path, upstream: StandinUpstream) -> Non
             time.sleep(0.05)
         health = httpx.get(f"{server.url}/healthz")
         assert health.status_code == 503 and health.json()["status"] == "failed"
-        chat = httpx.post(f"{server.url}/v1/chat/completions",
-                          json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        chat = httpx.post(
+            f"{server.url}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        )
         assert chat.status_code == 503 and chat.json()["error"]["code"] == "not_ready"

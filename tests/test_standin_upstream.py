@@ -49,9 +49,7 @@ def client(standin: StandinUpstream) -> Iterator[openai.OpenAI]:
 
 
 def ask(client: openai.OpenAI, prompt: str, **kwargs: object):
-    return client.chat.completions.create(
-        model="gpt-test", messages=[{"role": "user", "content": prompt}], **kwargs
-    )
+    return client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": prompt}], **kwargs)
 
 
 def chat_body(prompt: str, **extra: object) -> dict[str, object]:

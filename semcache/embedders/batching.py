@@ -15,7 +15,8 @@ class BatchingEmbedder:
     """Collects prompts for at most ``max_wait_s`` or ``max_batch`` items, then embeds them at once.
 
     While one batch runs in the worker thread, the next one fills up, so under load batches grow
-    by themselves and the model sees few, large calls.
+    by themselves and the model sees few, large calls. With ``max_wait_s=0`` (the default) a lone
+    request never waits: it takes whatever is queued and goes.
     """
 
     def __init__(
@@ -23,7 +24,7 @@ class BatchingEmbedder:
         embedder: Embedder,
         *,
         max_batch: int = 64,
-        max_wait_s: float = 0.002,
+        max_wait_s: float = 0.0,
         on_batch: Callable[[int, float], None] | None = None,
     ) -> None:
         self.embedder = embedder
@@ -85,6 +86,7 @@ class BatchingEmbedder:
 
     async def _collect_batch(self) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
         batch = [await self._queue.get()]
+        await asyncio.sleep(0)  # let requests that arrived in the same tick join
         deadline = asyncio.get_running_loop().time() + self._max_wait_s
         while len(batch) < self._max_batch:
             if not self._queue.empty():

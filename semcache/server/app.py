@@ -86,10 +86,15 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
     """Load the model, open the store and restore the index; /healthz turns 200 once done."""
     settings = state.settings
     try:
-        model = embedder or await asyncio.to_thread(load_embedder, settings.embedding_model)
-        batcher = BatchingEmbedder(model, max_batch=settings.embed_batch_size,
-                                   max_wait_s=settings.embed_batch_wait_ms / 1000,
-                                   on_batch=state.stats.record_embed_batch)
+        model: Embedder = (
+            embedder if embedder is not None else await asyncio.to_thread(load_embedder, settings.embedding_model)
+        )
+        batcher = BatchingEmbedder(
+            model,
+            max_batch=settings.embed_batch_size,
+            max_wait_s=settings.embed_batch_wait_ms / 1000,
+            on_batch=state.stats.record_embed_batch,
+        )
         store = SQLiteStore(settings.data_dir / "entries.sqlite3")
         await store.open()
         index = ScopedVectorIndex(model.dimension, hnsw_min_entries=settings.hnsw_min_entries)
@@ -98,14 +103,26 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             templates.set_vectors(await batcher.embed_many(templates.phrasings))
         tokens = await asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken")
         pipeline = Pipeline(
-            store=store, index=index, embedder=batcher, upstream=state.upstream, templates=templates,
-            tokens=tokens, stats=state.stats, threshold=settings.threshold, default_ttl_s=settings.ttl,
+            store=store,
+            index=index,
+            embedder=batcher,
+            upstream=state.upstream,
+            templates=templates,
+            tokens=tokens,
+            stats=state.stats,
+            threshold=settings.threshold,
+            default_ttl_s=settings.ttl,
             max_temperature=settings.max_temperature,
         )
         state.maintenance = Maintenance(
-            pipeline=pipeline, store=store, index=index, snapshot_dir=settings.data_dir / "faiss",
-            max_entries=settings.max_entries, sweep_interval_s=settings.sweep_interval_s,
-            snapshot_interval_s=settings.snapshot_interval_s, embedding_model=model.name,
+            pipeline=pipeline,
+            store=store,
+            index=index,
+            snapshot_dir=settings.data_dir / "faiss",
+            max_entries=settings.max_entries,
+            sweep_interval_s=settings.sweep_interval_s,
+            snapshot_interval_s=settings.snapshot_interval_s,
+            embedding_model=model.name,
         )
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
         state.pipeline = pipeline

@@ -25,14 +25,18 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(openai_error_body(_describe(exc), "invalid_request_error", "invalid_request"),
-                            status_code=400)
+        return JSONResponse(
+            openai_error_body(_describe(exc), "invalid_request_error", "invalid_request"), status_code=400
+        )
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
         error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return JSONResponse(openai_error_body(str(exc.detail), error_type, None), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            openai_error_body(str(exc.detail), error_type, None),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

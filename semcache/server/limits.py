@@ -48,8 +48,13 @@ class BodySizeLimit:
     async def _refuse(self, send: Send) -> None:
         error = BodyTooLarge(f"the request body is larger than {self.max_body_bytes} bytes")
         body = json.dumps(error.to_openai()).encode()
-        await send({"type": "http.response.start", "status": error.status_code,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": error.status_code,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

@@ -61,9 +61,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         return JSONResponse(response, headers=headers)
     except SemcacheError as error:
         state.stats.record(namespace, "error")
-        response = error_response(error)
-        response.headers.update(headers)
-        return response
+        failure = error_response(error)
+        failure.headers.update(headers)
+        return failure
 
 
 @router.get("/v1/models", summary="List the upstream's models")
@@ -94,9 +94,14 @@ async def stats(request: Request) -> dict[str, Any]:
         **snapshot,
         "entries": await pipeline.store.count(),
         "ready": True,
-        "index": {"entries": index.entries, "tombstones": index.tombstones, "partitions": index.partitions,
-                  "hnsw_partitions": index.hnsw_partitions, "rebuilds": index.rebuilds,
-                  "rebuilding": index.rebuilding},
+        "index": {
+            "entries": index.entries,
+            "tombstones": index.tombstones,
+            "partitions": index.partitions,
+            "hnsw_partitions": index.hnsw_partitions,
+            "rebuilds": index.rebuilds,
+            "rebuilding": index.rebuilding,
+        },
         "expired": maintenance.expired if maintenance else 0,
         "evicted": maintenance.evicted if maintenance else 0,
     }
@@ -117,7 +122,7 @@ def _controls(request: Request) -> RequestControls:
 
 
 def _outcome_headers(lookup: Lookup) -> dict[str, str]:
-    headers = {"X-Semcache": lookup.outcome}
+    headers: dict[str, str] = {"X-Semcache": lookup.outcome}
     if lookup.hit is not None:
         headers["X-Semcache-Tier"] = lookup.hit.tier
         if lookup.hit.tier == "semantic" and lookup.hit.similarity is not None:
@@ -125,10 +130,12 @@ def _outcome_headers(lookup: Lookup) -> dict[str, str]:
     return headers
 
 
-def _sse(chunks: AsyncIterator[dict[str, Any]], headers: dict[str, str],
-         first: dict[str, Any] | None = None) -> StreamingResponse:
-    return StreamingResponse(_sse_events(chunks, first), media_type="text/event-stream",
-                             headers={**headers, "Cache-Control": "no-cache"})
+def _sse(
+    chunks: AsyncIterator[dict[str, Any]], headers: dict[str, str], first: dict[str, Any] | None = None
+) -> StreamingResponse:
+    return StreamingResponse(
+        _sse_events(chunks, first), media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
+    )
 
 
 async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None) -> AsyncIterator[str]:

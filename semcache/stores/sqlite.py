@@ -11,8 +11,8 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -123,8 +123,19 @@ class SQLiteStore:
             ]
             cursor = self.db.execute(
                 f"INSERT INTO entries ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (entry.namespace, entry.scope, entry.exact_key, entry.model, entry.prompt, entry.answer,
-                 entry.created_at, entry.expires_at, entry.last_access or entry.created_at, entry.hits, vector),
+                (
+                    entry.namespace,
+                    entry.scope,
+                    entry.exact_key,
+                    entry.model,
+                    entry.prompt,
+                    entry.answer,
+                    entry.created_at,
+                    entry.expires_at,
+                    entry.last_access or entry.created_at,
+                    entry.hits,
+                    vector,
+                ),
             )
         entry_id = cursor.lastrowid
         assert entry_id is not None
@@ -189,10 +200,10 @@ class SQLiteStore:
             if not rows:
                 return
             last_id = rows[-1][0]
-            usable = [row for row in rows if row[2] is not None]
+            usable = [(entry_id, scope, blob) for entry_id, scope, blob in rows if blob is not None]
             if usable:
-                matrix = np.vstack([np.frombuffer(row[2], dtype=np.float32) for row in usable])
-                yield [row[0] for row in usable], [row[1] for row in usable], matrix
+                matrix = np.vstack([np.frombuffer(blob, dtype=np.float32) for _, _, blob in usable])
+                yield [entry_id for entry_id, _, _ in usable], [scope for _, scope, _ in usable], matrix
 
     def _vector_batch(self, after_id: int, limit: int) -> list[tuple[int, str, bytes | None]]:
         return self.db.execute(
@@ -211,11 +222,12 @@ class SQLiteStore:
         for start in range(0, len(entry_ids), 500):
             chunk = entry_ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            for entry_id, scope, blob in await self._call(
+            rows_found: list[tuple[int, str, bytes]] = await self._call(
                 lambda c=chunk, m=marks: self.db.execute(
                     f"SELECT id, scope, vector FROM entries WHERE id IN ({m}) AND vector IS NOT NULL", c
                 ).fetchall()
-            ):
+            )
+            for entry_id, scope, blob in rows_found:
                 found_ids.append(entry_id)
                 scopes.append(scope)
                 rows.append(np.frombuffer(blob, dtype=np.float32))
@@ -248,10 +260,31 @@ class SQLiteStore:
 
 
 def _entry_from_row(row: tuple[Any, ...]) -> CacheEntry:
-    (entry_id, namespace, scope, exact_key, model, prompt, answer, created_at, expires_at, last_access, hits,
-     vector) = row
+    (
+        entry_id,
+        namespace,
+        scope,
+        exact_key,
+        model,
+        prompt,
+        answer,
+        created_at,
+        expires_at,
+        last_access,
+        hits,
+        vector,
+    ) = row
     return CacheEntry(
-        id=entry_id, namespace=namespace, scope=scope, exact_key=exact_key, model=model, prompt=prompt,
-        answer=answer, created_at=created_at, expires_at=expires_at, last_access=last_access, hits=hits,
+        id=entry_id,
+        namespace=namespace,
+        scope=scope,
+        exact_key=exact_key,
+        model=model,
+        prompt=prompt,
+        answer=answer,
+        created_at=created_at,
+        expires_at=expires_at,
+        last_access=last_access,
+        hits=hits,
         vector=None if vector is None else np.frombuffer(vector, dtype=np.float32),
     )

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import uvicorn
@@ -25,19 +25,28 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ThreadedUvicorn:
     """An ASGI app served by uvicorn in a background thread, on a port of its own."""
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", lifespan: str = "on", log_level: str = "warning",
-                 startup_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        host: str = "127.0.0.1",
+        lifespan: Literal["auto", "on", "off"] = "on",
+        log_level: str = "warning",
+        startup_timeout_s: float = 60.0,
+    ) -> None:
         self.host = host
         self.startup_timeout_s = startup_timeout_s
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, 0))
         self.port = int(self._socket.getsockname()[1])
-        config = uvicorn.Config(app, log_level=log_level, lifespan=lifespan, access_log=False,
-                                timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            app, log_level=log_level, lifespan=lifespan, access_log=False, timeout_graceful_shutdown=2
+        )
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]},
-                                        name=f"uvicorn-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._socket]}, name=f"uvicorn-{self.port}", daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -87,8 +96,14 @@ def wait_healthy(url: str, timeout_s: float = 120.0, process: subprocess.Popen[b
 class SemcacheProcess:
     """``semcache serve`` as a child process, for restarts and ``kill -9``."""
 
-    def __init__(self, *args: str, data_dir: Path, upstream_url: str, env: dict[str, str] | None = None,
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        *args: str,
+        data_dir: Path,
+        upstream_url: str,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
         self.port = free_port()
         self.args = ["--port", str(self.port), "--data-dir", str(data_dir), "--upstream", upstream_url, *args]
         self.env = {**os.environ, **(env or {})}
@@ -100,9 +115,20 @@ class SemcacheProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 120.0) -> SemcacheProcess:
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.process = subprocess.Popen([sys.executable, "-m", "semcache", "serve", *self.args],
-                                        env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        if self.log_path is None:
+            output: Any = subprocess.DEVNULL
+        else:
+            output = open(self.log_path, "ab")  # noqa: SIM115 - the child inherits it; closed below
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "semcache", "serve", *self.args],
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        finally:
+            if output is not subprocess.DEVNULL:
+                output.close()
         wait_healthy(self.url, timeout_s, self.process)
         return self
 

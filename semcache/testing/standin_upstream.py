@@ -516,8 +516,9 @@ class StandinUpstream:
     Use as a context manager or call ``start()`` / ``stop()``.
     """
 
-    def __init__(self, state: StandinState | None = None, *, host: str = "127.0.0.1",
-                 log_level: str = "warning") -> None:
+    def __init__(
+        self, state: StandinState | None = None, *, host: str = "127.0.0.1", log_level: str = "warning"
+    ) -> None:
         self.state = state if state is not None else StandinState()
         self.host = host
         self.log_level = log_level

@@ -41,13 +41,19 @@ class Template:
 
 
 def load_templates(path: Path) -> list[Template]:
-    """Parse a template file; raises ValueError with the offending item on bad input."""
+    """Parse a template file; raises ValueError naming the file and the offending item on bad input."""
     text = path.read_text(encoding="utf-8")
-    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
     items = data.get("templates") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a list of templates, or a mapping with a 'templates' list")
-    return [_parse_template(item, number) for number, item in enumerate(items)]
+    try:
+        return [_parse_template(item, number) for number, item in enumerate(items)]
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
 
 
 def _parse_template(item: object, number: int) -> Template:
@@ -55,11 +61,14 @@ def _parse_template(item: object, number: int) -> Template:
         raise ValueError(f"template #{number} is not a mapping")
     questions = item.get("questions") or ([item["question"]] if "question" in item else [])
     answer = item.get("answer")
-    if not questions or not all(isinstance(q, str) and q.strip() for q in questions):
+    if not isinstance(questions, list) or not questions or not all(isinstance(q, str) and q.strip() for q in questions):
         raise ValueError(f"template #{number} needs 'questions', a list of non-empty strings")
     if not isinstance(answer, str) or not answer:
         raise ValueError(f"template #{number} needs 'answer', a non-empty string")
     namespaces, models = item.get("namespaces"), item.get("models")
+    for name, value in (("namespaces", namespaces), ("models", models)):
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ValueError(f"template #{number}: '{name}' must be a list of names")
     return Template(
         id=str(item.get("id") or f"template-{number}"),
         questions=tuple(questions),
@@ -107,6 +116,7 @@ class TemplateTier:
                 return None
             template, question = self._rows[row]
             if template.applies_to(key):
-                return Hit(tier="template", answer=template.answer, matched_prompt=question,
-                           similarity=min(similarity, 1.0))
+                return Hit(
+                    tier="template", answer=template.answer, matched_prompt=question, similarity=min(similarity, 1.0)
+                )
         return None

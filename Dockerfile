@@ -1,0 +1,34 @@
+# semcache on its embedded default (SQLite + FAISS in /app/index), CPU only.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    HF_HUB_OFFLINE=1 \
+    TIKTOKEN_CACHE_DIR=/opt/semcache/tiktoken \
+    SEMCACHE_HOST=0.0.0.0 \
+    SEMCACHE_PORT=8080 \
+    SEMCACHE_DATA_DIR=/app/index
+
+WORKDIR /app
+
+# The CPU build of torch, from PyTorch's CPU wheel index; PyPI's default build is the CUDA one.
+RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+
+COPY pyproject.toml README.md ./
+COPY semcache ./semcache
+RUN pip install . \
+    && python -c "from pathlib import Path; from semcache.tokens import seed_tiktoken_cache; seed_tiktoken_cache(Path('/opt/semcache/tiktoken'))" \
+    && useradd --create-home --uid 10001 semcache \
+    && mkdir -p /app/index \
+    && chown semcache:semcache /app/index
+
+USER semcache
+VOLUME ["/app/index"]
+EXPOSE 8080
+
+# /healthz answers 503 until the model and index are loaded; urlopen raises on it, so the check fails.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=60s --retries=3 \
+    CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('SEMCACHE_PORT', '8080') + '/healthz', timeout=2)"
+
+ENTRYPOINT ["semcache", "serve"]

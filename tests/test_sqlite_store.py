@@ -1,0 +1,204 @@
+"""Unit tests for semcache.stores.SQLiteStore, on a file in a temporary folder."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from semcache.entries import CacheEntry, RemovedEntry
+from semcache.stores import SQLiteStore
+
+
+def entry(
+    exact_key: str,
+    *,
+    scope: str = "scope-a",
+    created_at: float = 1000.0,
+    expires_at: float | None = None,
+    vector: np.ndarray | None = None,
+    answer: str = "an answer",
+) -> CacheEntry:
+    return CacheEntry(
+        namespace="default",
+        scope=scope,
+        exact_key=exact_key,
+        model="gpt-4o-mini",
+        prompt=f"prompt for {exact_key}",
+        answer=answer,
+        created_at=created_at,
+        expires_at=expires_at,
+        vector=vector,
+    )
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = SQLiteStore(tmp_path / "data" / "entries.sqlite3")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def test_put_then_get_round_trip(store: SQLiteStore) -> None:
+    vector = np.random.default_rng(0).standard_normal(8).astype(np.float32)
+    original = entry("k1", expires_at=2000.0, vector=vector)
+
+    entry_id, replaced = await store.put(original)
+
+    assert replaced == []
+    by_id = await store.get(entry_id)
+    by_key = await store.get_by_exact_key("k1")
+    assert by_id is not None and by_key is not None
+    assert by_id.id == by_key.id == entry_id
+    for got in (by_id, by_key):
+        assert (got.namespace, got.scope, got.exact_key, got.model, got.prompt, got.answer) == (
+            "default",
+            "scope-a",
+            "k1",
+            "gpt-4o-mini",
+            "prompt for k1",
+            "an answer",
+        )
+        assert (got.created_at, got.expires_at, got.last_access, got.hits) == (1000.0, 2000.0, 1000.0, 0)
+        assert got.vector is not None
+        assert got.vector.dtype == np.float32
+        np.testing.assert_array_equal(got.vector, vector)
+
+
+async def test_an_entry_without_vector_or_expiry(store: SQLiteStore) -> None:
+    entry_id, _ = await store.put(entry("k1"))
+    got = await store.get(entry_id)
+    assert got is not None
+    assert got.vector is None and got.expires_at is None
+
+
+async def test_get_of_missing_entries(store: SQLiteStore) -> None:
+    assert await store.get(12345) is None
+    assert await store.get_by_exact_key("nope") is None
+
+
+async def test_put_with_an_existing_exact_key_replaces_it(store: SQLiteStore) -> None:
+    first_id, _ = await store.put(entry("k1", answer="old"))
+    second_id, replaced = await store.put(entry("k1", answer="new", scope="scope-a"))
+
+    assert replaced == [RemovedEntry(first_id, "scope-a")]
+    assert second_id != first_id
+    assert await store.get(first_id) is None
+    current = await store.get_by_exact_key("k1")
+    assert current is not None and (current.id, current.answer) == (second_id, "new")
+    assert await store.count() == 1
+
+
+async def test_ids_are_never_reused_after_delete(store: SQLiteStore) -> None:
+    ids = [(await store.put(entry(f"k{i}")))[0] for i in range(3)]
+    removed = await store.delete(ids[1:])  # including the newest, whose id SQLite would otherwise hand out again
+
+    assert sorted(r.id for r in removed) == ids[1:]
+    new_id, _ = await store.put(entry("k-new"))
+    assert new_id > max(ids)
+
+
+async def test_delete_of_unknown_ids(store: SQLiteStore) -> None:
+    await store.put(entry("k1"))
+    assert await store.delete([999]) == []
+    assert await store.count() == 1
+
+
+async def test_delete_many_ids(store: SQLiteStore) -> None:
+    ids = [(await store.put(entry(f"k{i}")))[0] for i in range(1200)]  # more than one chunk of 500
+    removed = await store.delete(ids[:1100])
+    assert len(removed) == 1100
+    assert await store.count() == 100
+
+
+async def test_delete_expired_returns_exactly_the_expired(store: SQLiteStore) -> None:
+    expired_id, _ = await store.put(entry("old", expires_at=100.0, scope="s1"))
+    boundary_id, _ = await store.put(entry("boundary", expires_at=200.0, scope="s2"))
+    fresh_id, _ = await store.put(entry("fresh", expires_at=300.0))
+    forever_id, _ = await store.put(entry("forever", expires_at=None))
+
+    removed = await store.delete_expired(now=200.0)
+
+    assert sorted(removed, key=lambda r: r.id) == [RemovedEntry(expired_id, "s1"), RemovedEntry(boundary_id, "s2")]
+    assert await store.get(fresh_id) is not None
+    assert await store.get(forever_id) is not None
+    assert await store.delete_expired(now=200.0) == []
+
+
+async def test_evict_least_recently_used_keeps_the_recently_touched(store: SQLiteStore) -> None:
+    ids = [(await store.put(entry(f"k{i}", created_at=1000.0 + i)))[0] for i in range(5)]
+    await store.touch({ids[0]: 5000.0, ids[1]: 5001.0})  # the two oldest were used most recently
+
+    removed = await store.evict_least_recently_used(keep=3)
+
+    assert sorted(r.id for r in removed) == [ids[2], ids[3]]
+    assert await store.count() == 3
+    touched = await store.get(ids[0])
+    assert touched is not None and (touched.last_access, touched.hits) == (5000.0, 1)
+
+
+async def test_evict_does_nothing_under_the_bound(store: SQLiteStore) -> None:
+    for i in range(3):
+        await store.put(entry(f"k{i}"))
+    assert await store.evict_least_recently_used(keep=10) == []
+    assert await store.count() == 3
+
+
+async def test_touch_never_moves_last_access_back(store: SQLiteStore) -> None:
+    entry_id, _ = await store.put(entry("k1"))
+    await store.touch({entry_id: 5000.0})
+    await store.touch({entry_id: 4000.0})  # a late-arriving, older access
+    got = await store.get(entry_id)
+    assert got is not None and (got.last_access, got.hits) == (5000.0, 2)
+
+
+async def test_vectors_yields_all_in_batches(store: SQLiteStore) -> None:
+    vectors = np.random.default_rng(1).standard_normal((7, 4)).astype(np.float32)
+    ids = [(await store.put(entry(f"k{i}", scope=f"s{i % 2}", vector=vectors[i])))[0] for i in range(7)]
+    await store.put(entry("no-vector"))
+
+    batches = [batch async for batch in store.vectors(batch_size=3)]
+
+    assert [len(batch_ids) for batch_ids, _, _ in batches] == [3, 3, 1]
+    assert [i for batch_ids, _, _ in batches for i in batch_ids] == ids
+    assert [s for _, scopes, _ in batches for s in scopes] == [f"s{i % 2}" for i in range(7)]
+    np.testing.assert_array_equal(np.vstack([matrix for _, _, matrix in batches]), vectors)
+
+
+async def test_reopening_keeps_entries_and_records_migrations_once(tmp_path: Path) -> None:
+    path = tmp_path / "entries.sqlite3"
+    first = SQLiteStore(path)
+    await first.open()
+    entry_id, _ = await first.put(entry("k1", vector=np.ones(4, dtype=np.float32)))
+    await first.close()
+
+    second = SQLiteStore(path)
+    await second.open()
+    try:
+        got = await second.get(entry_id)
+        assert got is not None and got.answer == "an answer"
+        assert got.vector is not None and got.vector.tolist() == [1.0, 1.0, 1.0, 1.0]
+    finally:
+        await second.close()
+
+    with closing(sqlite3.connect(path)) as db:
+        names = [row[0] for row in db.execute("SELECT name FROM _migrations")]
+    assert names == ["_m001_entries"]
+
+
+async def test_meta_round_trip(store: SQLiteStore) -> None:
+    assert await store.get_meta("embedding_model") is None
+    await store.set_meta("embedding_model", "a")
+    await store.set_meta("embedding_model", "b")
+    assert await store.get_meta("embedding_model") == "b"
+
+
+async def test_a_closed_store_says_so(tmp_path: Path) -> None:
+    closed = SQLiteStore(tmp_path / "entries.sqlite3")
+    with pytest.raises(RuntimeError, match="not open"):
+        closed.db  # noqa: B018
