@@ -70,8 +70,22 @@ def service(serve: Callable[..., str]) -> str:
 
 
 @pytest.fixture
-def client(service: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{service}/v1", api_key="sk-test", max_retries=0)
+def make_client() -> Iterator[Callable[..., openai.OpenAI]]:
+    """openai SDK clients for a service URL, closed after the test."""
+    clients: list[openai.OpenAI] = []
+
+    def make(url: str, api_key: str = "sk-test") -> openai.OpenAI:
+        clients.append(openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0))
+        return clients[-1]
+
+    yield make
+    for sdk in clients:
+        sdk.close()
+
+
+@pytest.fixture
+def client(service: str, make_client: Callable[..., openai.OpenAI]) -> openai.OpenAI:
+    return make_client(service)
 
 
 def ask(client: openai.OpenAI, prompt: str, **kwargs: Any) -> tuple[str, dict[str, str]]:

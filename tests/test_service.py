@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 
@@ -10,6 +11,10 @@ import httpx
 import openai
 import pytest
 
+from semcache.server import create_app
+from semcache.settings import Settings
+from semcache.testing.fakes import HashingEmbedder
+from semcache.testing.servers import ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
 
 from .conftest import ask
@@ -129,9 +134,9 @@ def test_ttl_header_expires_the_entry(client: openai.OpenAI, upstream: StandinUp
     assert ask(client, PARAPHRASE)[1]["x-semcache"] == "hit"  # the fresh entry from the miss above
 
 
-def test_default_ttl_and_background_expiry(serve: Callable[..., str], upstream: StandinUpstream) -> None:
+def test_default_ttl_and_background_expiry(make_client, serve: Callable[..., str], upstream: StandinUpstream) -> None:
     url = serve(ttl=1)
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    client = make_client(url)
     ask(client, QUESTION)
     assert httpx.get(f"{url}/stats").json()["entries"] == 1
     deadline = time.monotonic() + 10
@@ -142,9 +147,11 @@ def test_default_ttl_and_background_expiry(serve: Callable[..., str], upstream: 
     assert ask(client, PARAPHRASE)[1]["x-semcache"] == "miss"
 
 
-def test_max_entries_evicts_least_recently_used(serve: Callable[..., str], upstream: StandinUpstream) -> None:
+def test_max_entries_evicts_least_recently_used(
+    make_client, serve: Callable[..., str], upstream: StandinUpstream
+) -> None:
     url = serve(max_entries=2)
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    client = make_client(url)
     for question in ("What is a prime number?", "Who wrote Hamlet?"):
         ask(client, question)
     time.sleep(0.05)
@@ -237,12 +244,12 @@ async def test_async_client_and_100_concurrent_requests(service: str, upstream: 
         return response.choices[0].message.content or ""
 
     answers = await asyncio.gather(*(one(n) for n in range(100)))
+    await client.close()
     assert answers == [f"Answer to: {questions[n % len(questions)]}" for n in range(100)]
     assert upstream.chat_calls() == 20
     async with httpx.AsyncClient() as http:
         stats = (await http.get(f"{service}/stats")).json()
     assert stats["hits"] == 100 and stats["misses"] == 20 and stats["errors"] == 0
-    await client.close()
 
 
 def test_models_are_proxied(client: openai.OpenAI) -> None:
@@ -322,7 +329,9 @@ def test_unknown_path_is_an_openai_shaped_404(service: str) -> None:
     assert response.status_code == 404 and "error" in response.json()
 
 
-def test_templates_answer_curated_questions(serve: Callable[..., str], tmp_path, upstream: StandinUpstream) -> None:
+def test_templates_answer_curated_questions(
+    make_client, serve: Callable[..., str], tmp_path, upstream: StandinUpstream
+) -> None:
     path = tmp_path / "templates.yaml"
     path.write_text(
         "templates:\n"
@@ -335,7 +344,7 @@ def test_templates_answer_curated_questions(serve: Callable[..., str], tmp_path,
         "    namespaces: [vip]\n"
     )
     url = serve(templates=path)
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    client = make_client(url)
     answer, headers = ask(client, "when are you OPEN?")
     assert (answer, headers["x-semcache-tier"]) == ("We are open 9 to 5, Monday to Friday.", "template")
     answer, headers = ask(client, "What are the opening hours?")
@@ -346,39 +355,54 @@ def test_templates_answer_curated_questions(serve: Callable[..., str], tmp_path,
     assert upstream.chat_calls() == 1
 
 
-def test_api_keys_map_to_namespaces(serve: Callable[..., str], tmp_path, upstream: StandinUpstream) -> None:
+def test_api_keys_map_to_namespaces(
+    make_client, serve: Callable[..., str], tmp_path, upstream: StandinUpstream
+) -> None:
     keys = tmp_path / "keys.yaml"
     keys.write_text("sk-alpha: [alpha, shared]\nsk-beta: [beta, shared]\n")
     url = serve(api_keys_file=keys)
-    alpha = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-alpha", max_retries=0)
-    beta = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-beta", max_retries=0)
+    alpha = make_client(url, "sk-alpha")
+    beta = make_client(url, "sk-beta")
     ask(alpha, QUESTION)
     assert ask(beta, QUESTION)[1]["x-semcache"] == "miss"  # beta's default namespace is its own
     with pytest.raises(openai.PermissionDeniedError):
         ask(beta, QUESTION, extra_headers={"X-Semcache-Namespace": "alpha"})
     with pytest.raises(openai.AuthenticationError):
-        ask(openai.OpenAI(base_url=f"{url}/v1", api_key="sk-unknown", max_retries=0), QUESTION)
+        ask(make_client(url, "sk-unknown"), QUESTION)
     ask(alpha, PARAPHRASE, extra_headers={"X-Semcache-Namespace": "shared"})
     assert ask(beta, PARAPHRASE, extra_headers={"X-Semcache-Namespace": "shared"})[1]["x-semcache"] == "hit"
 
 
-def test_healthz_is_503_until_loaded(tmp_path, upstream: StandinUpstream) -> None:
-    from semcache.server import create_app
-    from semcache.settings import Settings
-    from semcache.testing.servers import ThreadedUvicorn
-
-    class SlowEmbedder:
-        name, dimension = "slow", 8
+def test_healthz_is_503_while_loading_then_200(tmp_path, upstream: StandinUpstream) -> None:
+    class GatedEmbedder(HashingEmbedder):
+        """Blocks until released, so the service stays in its loading phase."""
 
         def __init__(self) -> None:
-            import threading
-
+            super().__init__()
             self.release = threading.Event()
 
-        def embed(self, texts):  # pragma: no cover - never reached
-            raise AssertionError
+        def embed(self, texts):
+            self.release.wait(30)
+            return super().embed(texts)
 
-    # A missing model folder fails the load: /healthz says so with a 503, and chat calls get a 503 too.
+    templates = tmp_path / "templates.yaml"
+    templates.write_text("- questions: ['What are your opening hours?']\n  answer: '9 to 5.'\n")
+    embedder = GatedEmbedder()
+    settings = Settings(data_dir=tmp_path, upstream_url=upstream.base_url, templates=templates)
+    with ThreadedUvicorn(create_app(settings, embedder=embedder)) as server:
+        health = httpx.get(f"{server.url}/healthz")
+        assert health.status_code == 503 and health.json()["status"] == "loading"
+        chat = httpx.post(
+            f"{server.url}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        )
+        assert chat.status_code == 503 and chat.json()["error"]["code"] == "not_ready"
+        assert chat.headers["retry-after"] == "5"
+        embedder.release.set()
+        wait_healthy(server.url, timeout_s=30)
+        assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
+
+
+def test_healthz_reports_a_failed_load(tmp_path, upstream: StandinUpstream) -> None:
     settings = Settings(data_dir=tmp_path, upstream_url=upstream.base_url, embedding_model=str(tmp_path / "nope"))
     with ThreadedUvicorn(create_app(settings)) as server:
         deadline = time.monotonic() + 10
@@ -386,7 +410,4 @@ def test_healthz_is_503_until_loaded(tmp_path, upstream: StandinUpstream) -> Non
             time.sleep(0.05)
         health = httpx.get(f"{server.url}/healthz")
         assert health.status_code == 503 and health.json()["status"] == "failed"
-        chat = httpx.post(
-            f"{server.url}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-        )
-        assert chat.status_code == 503 and chat.json()["error"]["code"] == "not_ready"
+        assert "nope" in health.json()["error"]
