@@ -23,9 +23,21 @@ class CacheEntry:
     last_access: float = 0.0
     hits: int = 0
     id: int | None = None
+    # Learned from feedback: this entry is served only at or above this cosine, if set.
+    min_similarity: float | None = None
 
     def is_expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now
+
+
+@dataclass(frozen=True)
+class NegativeFeedback:
+    """A query that an entry was wrongly served for: never serve that entry for it again."""
+
+    entry_id: int
+    query_key: str  # exact key of the query
+    vector: np.ndarray | None
+    similarity: float | None
 
 
 @dataclass(frozen=True)

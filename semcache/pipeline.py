@@ -16,10 +16,13 @@ from typing import Any, Literal
 import numpy as np
 
 from .embedders import BatchingEmbedder
-from .entries import CacheEntry
+from .entries import CacheEntry, NegativeFeedback
+from .errors import NotFound
+from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
 from .keys import RequestKey, bypass_reason, request_key
-from .protocols import Store, Upstream
+from .protocols import Store, Upstream, Verifier
+from .quality import DecisionLog, NamespacePolicies
 from .stats import Stats
 from .tiers import ExactTier, Hit, SemanticTier, TemplateTier
 from .tokens import TokenCounter
@@ -27,6 +30,8 @@ from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion
 
 # Streamed hits are replayed in pieces of about this many characters.
 _REPLAY_PIECE_CHARS = 24
+# After a wrong semantic hit at cosine s, the entry is served only from s + this margin.
+_FEEDBACK_MARGIN = 0.005
 
 
 @dataclass(frozen=True)
@@ -66,16 +71,23 @@ class Pipeline:
     templates: TemplateTier
     tokens: TokenCounter
     stats: Stats
-    threshold: float
+    policies: NamespacePolicies
     default_ttl_s: float
     max_temperature: float
+    verifier: Verifier | None = None
     clock: Callable[[], float] = time.time
+    decisions: DecisionLog = field(default_factory=DecisionLog)
+    served: ServedHits = field(default_factory=ServedHits)
     # Hits since the last flush: entry id to last access time, written to the store in batches.
     pending_touches: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.exact = ExactTier(self.store)
-        self.semantic = SemanticTier(self.index, self.store, self.threshold)
+        self.semantic = SemanticTier(self.index, self.store, self.policies, self.verifier, self.decisions.add)
+
+    async def start(self) -> None:
+        """Load what the tiers learned from earlier feedback."""
+        self.semantic.load_negatives(await self.store.negative_feedback())
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -110,12 +122,13 @@ class Pipeline:
         assert lookup.hit is not None
         request = lookup.request
         return chat_completion(
-            response_id=completion_id(), model=request.model, content=lookup.hit.answer, usage=self._usage(lookup)
-        )
+            response_id=self._served_id(lookup), model=request.model, content=lookup.hit.answer,
+            usage=self._usage(lookup),
+        )  # fmt: skip
 
     async def hit_stream(self, lookup: Lookup) -> AsyncIterator[dict[str, Any]]:
         assert lookup.hit is not None
-        response_id, model, created = completion_id(), lookup.request.model, int(time.time())
+        response_id, model, created = self._served_id(lookup), lookup.request.model, int(time.time())
         answer = lookup.hit.answer
         yield chat_chunk(
             response_id=response_id, model=model, created=created, delta={"role": "assistant", "content": ""}
@@ -126,6 +139,39 @@ class Pipeline:
         yield chat_chunk(response_id=response_id, model=model, created=created, delta={}, finish_reason="stop")
         if lookup.request.include_usage_in_stream():
             yield usage_chunk(response_id=response_id, model=model, created=created, usage=self._usage(lookup))
+
+    def _served_id(self, lookup: Lookup) -> str:
+        """A fresh response id, remembered so that the client can report the hit as wrong."""
+        assert lookup.hit is not None and lookup.key is not None
+        response_id = completion_id()
+        hit = lookup.hit
+        self.served.remember(
+            response_id,
+            ServedHit(lookup.namespace, hit.tier, hit.entry_id, lookup.key.exact, lookup.vector, hit.similarity),
+        )
+        return response_id
+
+    # -- feedback ----------------------------------------------------------------------------
+
+    async def feedback(self, response_id: str, namespace: str, correct: bool) -> ServedHit:
+        """Record a client's verdict on a served hit. A wrong exact hit drops its entry; a wrong
+        semantic hit is never served for that query again, and the entry's threshold rises above
+        the similarity it was served at."""
+        served = self.served.take(response_id, namespace)
+        if served is None:
+            raise NotFound(f"no cache hit with id {response_id!r} in this namespace, or feedback was already given")
+        self.stats.record_feedback(namespace, correct)
+        if correct or served.entry_id is None:
+            return served
+        if served.tier == "exact":
+            removed = await self.store.delete([served.entry_id])
+            await asyncio.to_thread(self.index.remove, [r.id for r in removed])
+        else:
+            negative = NegativeFeedback(served.entry_id, served.query_key, served.vector, served.similarity)
+            raised = None if served.similarity is None else min(1.0, served.similarity + _FEEDBACK_MARGIN)
+            await self.store.add_negative_feedback(negative, raised)
+            self.semantic.add_negative(negative)
+        return served
 
     def _usage(self, lookup: Lookup) -> dict[str, int]:
         messages = [m.model_dump(exclude_none=True) for m in lookup.request.messages]

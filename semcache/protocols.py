@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from .entries import CacheEntry, RemovedEntry
+from .entries import CacheEntry, NegativeFeedback, RemovedEntry
 
 
 class Embedder(Protocol):
@@ -19,6 +19,11 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return an array of shape (len(texts), dimension), each row L2-normalised."""
         ...
+
+
+# A second-stage check of (query, cached prompts): one score in 0-1 per cached prompt, higher meaning
+# "one answer fits both". Blocking; called in a worker thread.
+Verifier = Callable[[str, Sequence[str]], list[float]]
 
 
 class Store(Protocol):
@@ -47,6 +52,16 @@ class Store(Protocol):
     async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]: ...
 
     async def count(self) -> int: ...
+
+    async def add_negative_feedback(self, feedback: NegativeFeedback, raise_min_similarity_to: float | None) -> None:
+        """Record that an entry was wrong for a query; optionally raise the entry's own threshold."""
+        ...
+
+    async def negative_feedback(self) -> list[NegativeFeedback]: ...
+
+    async def namespace_configs(self) -> dict[str, dict[str, Any]]: ...
+
+    async def set_namespace_config(self, namespace: str, config: dict[str, Any]) -> None: ...
 
     def vectors(self, batch_size: int = ...) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
         """All stored vectors, in batches of (ids, scopes, matrix), for rebuilding the index."""

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import Field, field_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from .guards import GUARD_NAMES
+from .guards import validate as validate_guards
 
 ENV_PREFIX = "SEMCACHE_"
 
 # Chosen on ../shared/data with all-MiniLM-L6-v2: the lowest cosine at which precision is at
 # least 0.90 on both the QQP and the medical pairs (see README, "Choosing the threshold").
 DEFAULT_THRESHOLD = 0.90
+DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "entities", "order")
 
 
 class Settings(BaseSettings):
@@ -57,6 +61,17 @@ class Settings(BaseSettings):
     templates: Path | None = Field(None, description="YAML or JSON file of curated question/answer templates.")
     template_threshold: float = Field(0.92, ge=0.0, le=1.0, description="Minimum cosine for a template match.")
     max_temperature: float = Field(1.0, ge=0.0, description="Requests with a higher temperature bypass the cache.")
+    guards: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_GUARDS),
+        description="Guards that veto semantic candidates: " + ", ".join(GUARD_NAMES) + " (comma-separated).",
+    )
+    verifier: str = Field(
+        "none", description="Second-stage check for candidates below verify_below: 'none' or a model name/folder."
+    )
+    verify_below: float = Field(
+        0.0, ge=0.0, le=1.0, description="Candidates under this cosine also need the verifier's approval."
+    )
+    verifier_min_score: float = Field(0.5, ge=0.0, le=1.0, description="Lowest verifier score that approves a hit.")
     hnsw_min_entries: int = Field(
         10_000, ge=1, description="A scope's index switches from exact (flat) to HNSW search at this size."
     )
@@ -75,6 +90,20 @@ class Settings(BaseSettings):
     api_keys_file: Path | None = Field(
         None, description="JSON or YAML mapping of client API key to the namespaces it may use."
     )
+    admin_key: str | None = Field(None, description="Bearer token the /admin paths require, when set.")
+    decisions_kept: int = Field(1000, ge=1, description="How many recent lookups GET /admin/decisions can show.")
+
+    @field_validator("guards", mode="before")
+    @classmethod
+    def _split_guards(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip() and part.strip() != "none"]
+        return value
+
+    @field_validator("guards")
+    @classmethod
+    def _known_guards(cls, value: list[str]) -> list[str]:
+        return validate_guards(value)
 
     @field_validator("upstream_url")
     @classmethod

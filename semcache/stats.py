@@ -16,6 +16,8 @@ class _Counts:
     misses: int = 0
     bypass: int = 0
     errors: int = 0
+    reported_correct: int = 0
+    reported_wrong: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         cacheable = self.hits + self.misses
@@ -25,6 +27,7 @@ class _Counts:
             "misses": self.misses,
             "bypass": self.bypass,
             "errors": self.errors,
+            "reported_wrong": self.reported_wrong,
             "hit_rate": round(self.hits / cacheable, 4) if cacheable else 0.0,
         }
 
@@ -34,6 +37,7 @@ class Stats:
     total: _Counts = field(default_factory=_Counts)
     tiers: dict[str, int] = field(default_factory=lambda: {"exact": 0, "template": 0, "semantic": 0})
     namespaces: dict[str, _Counts] = field(default_factory=dict)
+    feedback: dict[str, int] = field(default_factory=lambda: {"correct": 0, "wrong": 0})
     embed_batches: int = 0
     embedded_prompts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -53,6 +57,15 @@ class Stats:
             if tier is not None:
                 self.tiers[tier] = self.tiers.get(tier, 0) + 1
 
+    def record_feedback(self, namespace: str, correct: bool) -> None:
+        with self._lock:
+            self.feedback["correct" if correct else "wrong"] += 1
+            counts = self.namespaces.setdefault(namespace, _Counts())
+            if correct:
+                counts.reported_correct += 1
+            else:
+                counts.reported_wrong += 1
+
     def record_embed_batch(self, size: int, seconds: float) -> None:
         with self._lock:
             self.embed_batches += 1
@@ -63,6 +76,7 @@ class Stats:
             return {
                 **self.total.as_dict(),
                 "tiers": dict(self.tiers),
+                "feedback": dict(self.feedback),
                 "by_namespace": {ns: counts.as_dict() for ns, counts in sorted(self.namespaces.items())},
                 "embedding": {
                     "batches": self.embed_batches,

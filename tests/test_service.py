@@ -272,6 +272,7 @@ def test_stats_count_per_namespace(service: str, client: openai.OpenAI) -> None:
         "misses": 1,
         "bypass": 0,
         "errors": 0,
+        "reported_wrong": 0,
         "hit_rate": 0.0,
     }
 

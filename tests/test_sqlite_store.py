@@ -12,6 +12,7 @@ import pytest
 
 from semcache.entries import CacheEntry, RemovedEntry
 from semcache.stores import SQLiteStore
+from semcache.stores.sqlite import MIGRATIONS
 
 
 def entry(
@@ -188,7 +189,7 @@ async def test_reopening_keeps_entries_and_records_migrations_once(tmp_path: Pat
 
     with closing(sqlite3.connect(path)) as db:
         names = [row[0] for row in db.execute("SELECT name FROM _migrations")]
-    assert names == ["_m001_entries"]
+    assert names == [migration.__name__ for migration in MIGRATIONS]
 
 
 async def test_meta_round_trip(store: SQLiteStore) -> None:

@@ -40,11 +40,8 @@ class AccessPolicy:
         return cls(mapping)
 
     def namespace_for(self, authorization: str | None, requested: str | None) -> str:
-        if requested is not None and not _valid(requested):
-            raise InvalidRequest(
-                "X-Semcache-Namespace must be 1-64 characters of letters, digits, '_', '.', ':' or '-'",
-                code="invalid_namespace",
-            )
+        if requested is not None:
+            validate_namespace(requested)
         if self._namespaces_by_key is None:
             return requested or DEFAULT_NAMESPACE
         allowed = self._namespaces_by_key.get(_bearer_token(authorization) or "")
@@ -55,6 +52,15 @@ class AccessPolicy:
         if requested not in allowed:
             raise Forbidden("this API key may not use that namespace", code="namespace_not_allowed")
         return requested
+
+
+def validate_namespace(namespace: str) -> str:
+    if not _valid(namespace):
+        raise InvalidRequest(
+            "a namespace must be 1-64 characters of letters, digits, '_', '.', ':' or '-' (X-Semcache-Namespace)",
+            code="invalid_namespace",
+        )
+    return namespace
 
 
 def _bearer_token(authorization: str | None) -> str | None:

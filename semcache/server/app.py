@@ -15,13 +15,16 @@ from ..index import ScopedVectorIndex
 from ..maintenance import Maintenance, restore_index
 from ..pipeline import Pipeline
 from ..protocols import Embedder, Upstream
+from ..quality import DecisionLog, NamespacePolicies, default_policy
 from ..settings import Settings
 from ..stats import Stats
 from ..stores import SQLiteStore
 from ..tiers import TemplateTier, load_templates
 from ..tokens import TokenCounter
 from ..upstreams import RemoteUpstream
+from ..verifiers import load_verifier
 from .access import AccessPolicy
+from .admin import admin_router, feedback_router
 from .errors import install_error_handlers
 from .limits import BodySizeLimit
 from .routes import router
@@ -68,6 +71,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream
     )
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(feedback_router)
+    app.include_router(admin_router)
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
     return app
 
@@ -110,10 +115,13 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             templates=templates,
             tokens=tokens,
             stats=state.stats,
-            threshold=settings.threshold,
+            policies=NamespacePolicies(default_policy(settings), await store.namespace_configs()),
             default_ttl_s=settings.ttl,
             max_temperature=settings.max_temperature,
+            verifier=await asyncio.to_thread(load_verifier, settings),
+            decisions=DecisionLog(settings.decisions_kept),
         )
+        await pipeline.start()
         state.maintenance = Maintenance(
             pipeline=pipeline,
             store=store,

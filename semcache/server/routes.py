@@ -26,7 +26,7 @@ def _state(request: Request) -> Any:
     return request.app.state.semcache
 
 
-def _pipeline(request: Request) -> Pipeline:
+def pipeline_of(request: Request) -> Pipeline:
     state = _state(request)
     if state.pipeline is None:
         detail = f"semcache failed to load: {state.load_error}" if state.load_error else "semcache is still loading"
@@ -37,11 +37,9 @@ def _pipeline(request: Request) -> Pipeline:
 
 @router.post("/v1/chat/completions", summary="Create a chat completion, from the cache when possible")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
-    pipeline = _pipeline(request)
+    pipeline = pipeline_of(request)
     state = _state(request)
-    namespace = state.access.namespace_for(
-        request.headers.get("authorization"), request.headers.get("x-semcache-namespace")
-    )
+    namespace = namespace_of(request)
     lookup = await pipeline.lookup(body, namespace, _controls(request))
     headers = _outcome_headers(lookup)
     upstream_headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_ON_HEADERS}
@@ -105,6 +103,12 @@ async def stats(request: Request) -> dict[str, Any]:
         "expired": maintenance.expired if maintenance else 0,
         "evicted": maintenance.evicted if maintenance else 0,
     }
+
+
+def namespace_of(request: Request) -> str:
+    """The request's namespace, checked against its API key's allowed set."""
+    access = _state(request).access
+    return str(access.namespace_for(request.headers.get("authorization"), request.headers.get("x-semcache-namespace")))
 
 
 def _controls(request: Request) -> RequestControls:

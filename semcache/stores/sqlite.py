@@ -8,6 +8,7 @@ returns, the entry survives a crash of the process and of the machine.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -18,11 +19,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..entries import CacheEntry, RemovedEntry
+from ..entries import CacheEntry, NegativeFeedback, RemovedEntry
 
 T = TypeVar("T")
 
-_COLUMNS = "id, namespace, scope, exact_key, model, prompt, answer, created_at, expires_at, last_access, hits, vector"
+_COLUMNS = (
+    "id, namespace, scope, exact_key, model, prompt, answer, created_at, expires_at, last_access, hits, vector, "
+    "min_similarity"
+)
 
 
 def _m001_entries(db: sqlite3.Connection) -> None:
@@ -47,7 +51,23 @@ def _m001_entries(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m001_entries]
+def _m002_feedback_and_namespace_config(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE entries ADD COLUMN min_similarity REAL")
+    db.execute(
+        """CREATE TABLE feedback (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            entry_id INTEGER NOT NULL,
+            query_key TEXT NOT NULL,
+            vector BLOB,
+            similarity REAL,
+            created_at REAL NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX feedback_entry_id ON feedback(entry_id)")
+    db.execute("CREATE TABLE namespace_config (namespace TEXT PRIMARY KEY, config TEXT NOT NULL)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m001_entries, _m002_feedback_and_namespace_config]
 
 
 @contextmanager
@@ -122,7 +142,7 @@ class SQLiteStore:
                 )
             ]
             cursor = self.db.execute(
-                f"INSERT INTO entries ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO entries ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     entry.namespace,
                     entry.scope,
@@ -135,6 +155,7 @@ class SQLiteStore:
                     entry.last_access or entry.created_at,
                     entry.hits,
                     vector,
+                    entry.min_similarity,
                 ),
             )
         entry_id = cursor.lastrowid
@@ -247,6 +268,53 @@ class SQLiteStore:
 
         await self._call(write)
 
+    # -- feedback and per-namespace settings -----------------------------------------------------
+
+    async def add_negative_feedback(self, feedback: NegativeFeedback, raise_min_similarity_to: float | None) -> None:
+        """Record that an entry was wrong for a query, and optionally raise the entry's own threshold."""
+        vector = None if feedback.vector is None else np.asarray(feedback.vector, dtype=np.float32).tobytes()
+
+        def write() -> None:
+            with _transaction(self.db):
+                self.db.execute(
+                    "INSERT INTO feedback (entry_id, query_key, vector, similarity, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (feedback.entry_id, feedback.query_key, vector, feedback.similarity, time.time()),
+                )
+                if raise_min_similarity_to is not None:
+                    self.db.execute(
+                        "UPDATE entries SET min_similarity = max(coalesce(min_similarity, 0), ?) WHERE id = ?",
+                        (raise_min_similarity_to, feedback.entry_id),
+                    )
+
+        await self._call(write)
+
+    async def negative_feedback(self) -> list[NegativeFeedback]:
+        """Every recorded negative for a live entry; orphans of deleted entries are dropped."""
+
+        def read() -> list[NegativeFeedback]:
+            with _transaction(self.db):
+                self.db.execute("DELETE FROM feedback WHERE entry_id NOT IN (SELECT id FROM entries)")
+            rows = self.db.execute("SELECT entry_id, query_key, vector, similarity FROM feedback").fetchall()
+            return [
+                NegativeFeedback(e, k, None if v is None else np.frombuffer(v, dtype=np.float32), s)
+                for e, k, v, s in rows
+            ]
+
+        return await self._call(read)
+
+    async def namespace_configs(self) -> dict[str, dict[str, Any]]:
+        rows = await self._call(lambda: self.db.execute("SELECT namespace, config FROM namespace_config").fetchall())
+        return {namespace: json.loads(config) for namespace, config in rows}
+
+    async def set_namespace_config(self, namespace: str, config: dict[str, Any]) -> None:
+        def write() -> None:
+            with _transaction(self.db):
+                self.db.execute(
+                    "INSERT OR REPLACE INTO namespace_config VALUES (?, ?)", (namespace, json.dumps(config))
+                )
+
+        await self._call(write)
+
     async def get_meta(self, key: str) -> str | None:
         row = await self._call(lambda: self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone())
         return None if row is None else str(row[0])
@@ -273,6 +341,7 @@ def _entry_from_row(row: tuple[Any, ...]) -> CacheEntry:
         last_access,
         hits,
         vector,
+        min_similarity,
     ) = row
     return CacheEntry(
         id=entry_id,
@@ -287,4 +356,5 @@ def _entry_from_row(row: tuple[Any, ...]) -> CacheEntry:
         last_access=last_access,
         hits=hits,
         vector=None if vector is None else np.frombuffer(vector, dtype=np.float32),
+        min_similarity=min_similarity,
     )

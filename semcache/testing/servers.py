@@ -85,10 +85,13 @@ def wait_healthy(url: str, timeout_s: float = 120.0, process: subprocess.Popen[b
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"semcache exited with code {process.returncode} before it was healthy")
         try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
+            health = httpx.get(f"{url}/healthz", timeout=2)
         except httpx.HTTPError:
-            pass
+            health = None
+        if health is not None and health.status_code == 200:
+            return
+        if health is not None and health.json().get("status") == "failed":
+            raise RuntimeError(f"semcache failed to load: {health.json().get('error')}")
         time.sleep(0.1)
     raise TimeoutError(f"{url} did not become healthy in {timeout_s} s")
 

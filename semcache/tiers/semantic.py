@@ -1,38 +1,119 @@
-"""Semantic tier: the nearest earlier prompt of the same scope, at or above the threshold."""
+"""Semantic tier: the nearest earlier prompt of the same scope that passes the namespace's policy.
+
+A candidate is served only if, in order:
+1. its cosine similarity reaches the namespace threshold, and the entry's own learned threshold;
+2. it was never reported wrong for this query (negative feedback);
+3. every enabled guard passes (numbers, negation, entities, ...);
+4. below ``verify_below``, the verifier accepts the pair.
+Each lookup leaves a ``Decision`` that explains the outcome.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import numpy as np
 
+from .. import guards
+from ..entries import CacheEntry, NegativeFeedback
 from ..index import ScopedVectorIndex
 from ..keys import RequestKey
-from ..protocols import Store
+from ..protocols import Store, Verifier
+from ..quality import Decision, NamespacePolicies, QualityPolicy
 from .base import Hit
 
 _CANDIDATES = 4
+# A new query this close to one reported wrong for an entry counts as the same query.
+_SAME_QUERY_COSINE = 0.98
 
 
 class SemanticTier:
-    def __init__(self, index: ScopedVectorIndex, store: Store, threshold: float) -> None:
+    def __init__(
+        self,
+        index: ScopedVectorIndex,
+        store: Store,
+        policies: NamespacePolicies,
+        verifier: Verifier | None = None,
+        on_decision: Callable[[Decision], None] | None = None,
+    ) -> None:
         self.index = index
         self._store = store
-        self.threshold = threshold
+        self.policies = policies
+        self.verifier = verifier
+        self._on_decision = on_decision
+        self._negatives: dict[int, list[NegativeFeedback]] = {}
+
+    def load_negatives(self, negatives: list[NegativeFeedback]) -> None:
+        self._negatives = {}
+        for negative in negatives:
+            self.add_negative(negative)
+
+    def add_negative(self, negative: NegativeFeedback) -> None:
+        self._negatives.setdefault(negative.entry_id, []).append(negative)
 
     async def lookup(self, key: RequestKey, vector: np.ndarray, now: float) -> Hit | None:
+        policy = self.policies.for_namespace(key.namespace)
         candidates = await asyncio.to_thread(self.index.search, key.scope, vector, _CANDIDATES)
+        decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss")
         for entry_id, similarity in candidates:
-            if similarity < self.threshold:
+            if decision.candidate is None:
+                decision.entry_id, decision.similarity = entry_id, round(similarity, 4)
+            if similarity < policy.threshold:
                 break
             entry = await self._store.get(entry_id)
             if entry is None or entry.is_expired(now) or entry.scope != key.scope:
                 continue  # removed or expired since it was indexed; the sweeper will drop it
-            return Hit(
-                tier="semantic",
-                answer=entry.answer,
-                matched_prompt=entry.prompt,
-                entry_id=entry.id,
-                similarity=min(similarity, 1.0),
-            )
+            decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=entry.prompt,
+                                similarity=round(similarity, 4), entry_id=entry_id)  # fmt: skip
+            reason = await self._rejection(policy, key, vector, entry, similarity, decision)
+            if reason is None:
+                decision.decision = "hit"
+                self._decide(decision)
+                return Hit(
+                    tier="semantic",
+                    answer=entry.answer,
+                    matched_prompt=entry.prompt,
+                    entry_id=entry.id,
+                    similarity=min(similarity, 1.0),
+                )
+            decision.decision = f"rejected: {reason}"
+        self._decide(decision)
         return None
+
+    async def _rejection(
+        self,
+        policy: QualityPolicy,
+        key: RequestKey,
+        vector: np.ndarray,
+        entry: CacheEntry,
+        similarity: float,
+        decision: Decision,
+    ) -> str | None:
+        if entry.min_similarity is not None and similarity < entry.min_similarity:
+            return "below the entry's learned threshold"
+        if self._reported_wrong(entry, key, vector):
+            return "reported wrong for this query"
+        results = guards.check(key.prompt, entry.prompt, policy.guards)
+        decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail} for r in results]
+        failed = [r.guard for r in results if not r.passed]
+        if failed:
+            return f"guard {failed[0]}"
+        if self.verifier is not None and similarity < policy.verify_below:
+            score = (await asyncio.to_thread(self.verifier, key.prompt, [entry.prompt]))[0]
+            decision.verifier_score = round(score, 4)
+            if score < policy.verifier_min_score:
+                return "verifier"
+        return None
+
+    def _reported_wrong(self, entry: CacheEntry, key: RequestKey, vector: np.ndarray) -> bool:
+        for negative in self._negatives.get(entry.id or -1, []):
+            if negative.query_key == key.exact:
+                return True
+            if negative.vector is not None and float(negative.vector @ vector) >= _SAME_QUERY_COSINE:
+                return True
+        return False
+
+    def _decide(self, decision: Decision) -> None:
+        if self._on_decision is not None:
+            self._on_decision(decision)

@@ -1,0 +1,195 @@
+"""Guards: cheap checks that veto a semantic candidate whose meaning differs in a way embeddings
+miss. Each guard compares the incoming prompt with the cached prompt and is on or off in config.
+
+- ``numbers``: the numbers differ ("2015" vs "2016", "3 months" vs "5 months", "three" vs "3" match).
+- ``negation``: one side is negated and the other is not ("can" vs "can't").
+- ``antonyms``: one side says "best" where the other says "worst" (a short curated list).
+- ``entities``: a name, acronym or model code in one side is absent from the other
+  ("Idaho" vs "Montana", "UK" vs "US", "Rockrider 340" vs "Rockrider 300").
+- ``order``: the same two names or words in swapped roles ("Kobe ... LeBron" vs "LeBron ... Kobe").
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+GUARD_NAMES = ("numbers", "negation", "antonyms", "entities", "order")
+
+_NUMBER_WORDS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "twenty": "20", "hundred": "100",
+    "thousand": "1000", "million": "1000000", "billion": "1000000000", "first": "1", "second": "2", "third": "3",
+    "fourth": "4", "fifth": "5", "half": "0.5", "single": "1", "double": "2", "twice": "2",
+}  # fmt: skip
+_NEGATIONS = {"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot", "nowhere"}
+_ANTONYM_PAIRS = [
+    ("best", "worst"), ("good", "bad"), ("better", "worse"), ("most", "least"), ("pros", "cons"),
+    ("advantages", "disadvantages"), ("advantage", "disadvantage"), ("buy", "sell"), ("increase", "decrease"),
+    ("before", "after"), ("male", "female"), ("men", "women"), ("man", "woman"), ("boy", "girl"),
+    ("boys", "girls"), ("husband", "wife"), ("cheap", "expensive"), ("cheapest", "expensive"), ("easy", "hard"),
+    ("easiest", "hardest"), ("love", "hate"), ("like", "hate"), ("positive", "negative"), ("rich", "poor"),
+    ("high", "low"), ("higher", "lower"), ("highest", "lowest"), ("fast", "slow"), ("start", "stop"),
+    ("import", "export"), ("win", "lose"), ("true", "false"), ("legal", "illegal"), ("safe", "dangerous"),
+    ("north", "south"), ("east", "west"), ("old", "new"), ("oldest", "newest"), ("upload", "download"),
+    ("send", "receive"), ("input", "output"), ("maximum", "minimum"), ("max", "min"), ("open", "close"),
+]  # fmt: skip
+_ANTONYMS: dict[str, set[str]] = {}
+for _left, _right in _ANTONYM_PAIRS:
+    _ANTONYMS.setdefault(_left, set()).add(_right)
+    _ANTONYMS.setdefault(_right, set()).add(_left)
+
+_STOPWORDS = frozenset(
+    (
+        "a an the and or but if then so of to in on at by for with from into onto about as is are was were be "
+        "been being am do does did doing have has had having i me my mine we us our you your he him his she "
+        "her it its they them their what which who whom whose when where why how this that these those there "
+        "here can could should would will shall may might must some any all each every more very much many "
+        "such than too also just only own same other another get got getting make made one's someone "
+        "something anyone anything up out over s t don't doesn't isn't aren't wasn't weren't "
+    ).split()
+)
+_TOKEN = re.compile(r"[^\W_]+(?:[.,'’][^\W_]+)*", re.UNICODE)
+_CONTRACTED_NOT = re.compile(r"n['’]t\b")
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    guard: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class _Text:
+    raw: str
+    tokens: list[str]  # lower-cased, in order
+    cased: list[str]  # original case, in order
+
+    @classmethod
+    def of(cls, text: str) -> _Text:
+        normal = unicodedata.normalize("NFKC", text).replace('""', '"')
+        cased = _TOKEN.findall(_CONTRACTED_NOT.sub(" not", normal))
+        return cls(normal, [t.lower() for t in cased], cased)
+
+
+def _numbers(text: _Text) -> set[str]:
+    found = set()
+    for token in text.tokens:
+        if any(ch.isdigit() for ch in token) and not any(ch.isalpha() for ch in token):
+            found.add(token.replace(",", "").rstrip("."))
+        elif token in _NUMBER_WORDS:
+            found.add(_NUMBER_WORDS[token])
+    return found
+
+
+def numbers(query: _Text, cached: _Text) -> GuardResult:
+    left, right = _numbers(query), _numbers(cached)
+    if left == right:
+        return GuardResult("numbers", True)
+    return GuardResult("numbers", False, f"{sorted(left)} vs {sorted(right)}")
+
+
+def negation(query: _Text, cached: _Text) -> GuardResult:
+    left = sum(t in _NEGATIONS for t in query.tokens) % 2
+    right = sum(t in _NEGATIONS for t in cached.tokens) % 2
+    return GuardResult("negation", left == right, "" if left == right else "negated on one side only")
+
+
+def antonyms(query: _Text, cached: _Text) -> GuardResult:
+    left, right = set(query.tokens), set(cached.tokens)
+    for word in left - right:
+        opposite = _ANTONYMS.get(word, set()) & (right - left)
+        if opposite:
+            return GuardResult("antonyms", False, f"{word!r} vs {sorted(opposite)[0]!r}")
+    return GuardResult("antonyms", True)
+
+
+def _entities(text: _Text) -> list[str]:
+    """Names, acronyms and codes: capitalised words past the first, all-caps words, letter-digit mixes."""
+    found = []
+    for position, word in enumerate(text.cased):
+        lower = word.lower()
+        if lower in _STOPWORDS or lower in _NUMBER_WORDS:
+            continue
+        mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+        acronym = len(word) >= 2 and word.isupper()
+        capitalised = position > 0 and word[:1].isupper() and not _after_sentence_end(text, position)
+        if mixed or acronym or capitalised:
+            found.append(lower)
+    return found
+
+
+def _after_sentence_end(text: _Text, position: int) -> bool:
+    previous = text.cased[position - 1]
+    index = text.raw.find(text.cased[position], text.raw.find(previous))
+    between = text.raw[text.raw.find(previous) + len(previous) : index] if index >= 0 else ""
+    return any(mark in between for mark in ".?!:")
+
+
+def entities(query: _Text, cached: _Text) -> GuardResult:
+    for mine, other in ((query, cached), (cached, query)):
+        vocabulary = set(other.tokens)
+        missing = [e for e in _entities(mine) if e not in vocabulary and _stem(e) not in map(_stem, vocabulary)]
+        if missing:
+            return GuardResult("entities", False, f"{missing[0]!r} only on one side")
+    return GuardResult("entities", True)
+
+
+def order(query: _Text, cached: _Text) -> GuardResult:
+    """Swapped roles: two words shared by both sides appear in opposite order."""
+    left = _content_positions(query)
+    right = _content_positions(cached)
+    shared = [w for w in left if w in right]
+    same_words = set(left) == set(right)
+    names = set(_entities(query)) | set(_entities(cached))
+    for i, first in enumerate(shared):
+        for second in shared[i + 1 :]:
+            if (left[first] < left[second]) == (right[first] < right[second]):
+                continue
+            if same_words or (first in names and second in names):
+                return GuardResult("order", False, f"{first!r} and {second!r} swap places")
+    return GuardResult("order", True)
+
+
+def _content_positions(text: _Text) -> dict[str, int]:
+    positions: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for position, token in enumerate(text.tokens):
+        if token in _STOPWORDS or len(token) < 2:
+            continue
+        stem = _stem(token)
+        counts[stem] = counts.get(stem, 0) + 1
+        positions.setdefault(stem, position)
+    return {word: at for word, at in positions.items() if counts[word] == 1}
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ies", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+_GUARDS: dict[str, Callable[[_Text, _Text], GuardResult]] = {
+    "numbers": numbers,
+    "negation": negation,
+    "antonyms": antonyms,
+    "entities": entities,
+    "order": order,
+}
+
+
+def check(query: str, cached: str, enabled: Iterable[str]) -> list[GuardResult]:
+    """Run the enabled guards; a candidate may be served only if every result passed."""
+    left, right = _Text.of(query), _Text.of(cached)
+    return [_GUARDS[name](left, right) for name in enabled]
+
+
+def validate(names: Iterable[str]) -> list[str]:
+    unknown = sorted(set(names) - set(GUARD_NAMES))
+    if unknown:
+        raise ValueError(f"unknown guards {unknown}; choose from {list(GUARD_NAMES)}")
+    return list(dict.fromkeys(names))

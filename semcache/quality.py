@@ -1,0 +1,106 @@
+"""Hit quality: the per-namespace policy that decides whether a semantic candidate may be served,
+and the log of recent decisions that operators tune it with.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from . import guards as guard_checks
+
+if TYPE_CHECKING:
+    from .settings import Settings
+
+
+@dataclass(frozen=True)
+class QualityPolicy:
+    """How strict the semantic tier is. ``threshold`` and the band are cosine similarities (0-1)."""
+
+    threshold: float
+    guards: tuple[str, ...] = ()
+    # Candidates below ``verify_below`` must also pass the verifier (when one is configured).
+    verify_below: float = 0.0
+    verifier_min_score: float = 0.5
+
+    def updated(self, changes: dict[str, Any]) -> QualityPolicy:
+        if "guards" in changes:
+            changes = {**changes, "guards": tuple(guard_checks.validate(changes["guards"]))}
+        policy = replace(self, **changes)
+        for name in ("threshold", "verify_below", "verifier_min_score"):
+            if not 0.0 <= getattr(policy, name) <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1")
+        return policy
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "guards": list(self.guards)}
+
+
+class NamespacePolicies:
+    """The default policy, and the overrides operators set per namespace (persisted by the caller)."""
+
+    def __init__(self, default: QualityPolicy, overrides: dict[str, dict[str, Any]] | None = None) -> None:
+        self.default = default
+        self._overrides: dict[str, dict[str, Any]] = {}
+        self._policies: dict[str, QualityPolicy] = {}
+        for namespace, changes in (overrides or {}).items():
+            self.set(namespace, changes)
+
+    def for_namespace(self, namespace: str) -> QualityPolicy:
+        return self._policies.get(namespace, self.default)
+
+    def overrides(self, namespace: str) -> dict[str, Any]:
+        return dict(self._overrides.get(namespace, {}))
+
+    def set(self, namespace: str, changes: dict[str, Any]) -> QualityPolicy:
+        """Merge ``changes`` into the namespace's overrides; raises ValueError on bad values."""
+        merged = {**self._overrides.get(namespace, {}), **changes}
+        policy = self.default.updated(merged)
+        self._overrides[namespace] = merged
+        self._policies[namespace] = policy
+        return policy
+
+
+@dataclass
+class Decision:
+    """One lookup's semantic verdict, for ``GET /admin/decisions`` and for tuning."""
+
+    namespace: str
+    query: str
+    decision: str  # "hit", "miss", or "rejected: <reason>"
+    candidate: str | None = None
+    similarity: float | None = None
+    guards: list[dict[str, Any]] = field(default_factory=list)
+    verifier_score: float | None = None
+    entry_id: int | None = None
+    at: float = field(default_factory=time.time)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class DecisionLog:
+    def __init__(self, capacity: int = 1000) -> None:
+        self._items: deque[Decision] = deque(maxlen=capacity)
+        self._lock = threading.Lock()
+
+    def add(self, decision: Decision) -> None:
+        with self._lock:
+            self._items.append(decision)
+
+    def recent(self, limit: int, namespace: str | None = None) -> list[Decision]:
+        with self._lock:
+            items = [d for d in reversed(self._items) if namespace is None or d.namespace == namespace]
+        return items[:limit]
+
+
+def default_policy(settings: Settings) -> QualityPolicy:
+    return QualityPolicy(
+        threshold=settings.threshold,
+        guards=tuple(settings.guards),
+        verify_below=settings.verify_below,
+        verifier_min_score=settings.verifier_min_score,
+    )
