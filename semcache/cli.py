@@ -11,6 +11,7 @@ import httpx
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from .settings import Settings
@@ -94,6 +95,116 @@ def stats(
         typer.echo(json.dumps(data, indent=2))
         return
     console.print(_stats_table(data))
+
+
+eval_app = typer.Typer(help="Measure hit quality on labelled data.", no_args_is_help=True)
+app.add_typer(eval_app, name="eval")
+
+
+@eval_app.command("pairs", epilog="Example: semcache eval pairs ../shared/data/qqp_dev.jsonl --plot qqp.png")
+def eval_pairs(
+    file: Annotated[Path, typer.Argument(help="JSONL of {q1, q2, duplicate}; an optional 'source' splits the report.")],
+    threshold: Annotated[float | None, typer.Option(help="Override the configured threshold.")] = None,
+    guards: Annotated[str | None, typer.Option(help="Comma-separated guards, or 'none'.")] = None,
+    target_precision: Annotated[
+        float, typer.Option(help="Find the threshold with most recall at this precision.")
+    ] = 0.95,
+    config: Annotated[Path | None, typer.Option(help="YAML settings file.")] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write the histogram and precision/recall curve to this PNG.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Precision, recall and F1 on labelled pairs, at the shipped or given settings."""
+    from .evaluation import evaluate_pairs
+    from .evaluation.report import pairs_table, plot_pairs
+
+    settings = _settings(_eval_overrides(threshold, guards, config))
+    rows = _read(file, ("q1", "q2", "duplicate"))
+    embedder, verifier, policy = _eval_parts(settings)
+    with _progress(as_json) as progress:
+        task = progress.add_task("embedding", total=len({t for r in rows for t in (r["q1"], r["q2"])}))
+        report = evaluate_pairs(rows, embedder, policy, verifier=verifier, target_precision=target_precision,
+                                advance=lambda n: progress.advance(task, n))  # fmt: skip
+    if plot:
+        plot_pairs(report, plot)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        console.print(pairs_table(report))
+
+
+@eval_app.command("trace", epilog="Example: semcache eval trace ../shared/data/trace_qqp_dev.jsonl")
+def eval_trace(
+    file: Annotated[Path, typer.Argument(help="JSONL of {prompt, cluster, duplicate_of} in arrival order.")],
+    threshold: Annotated[float | None, typer.Option(help="Override the configured threshold.")] = None,
+    guards: Annotated[str | None, typer.Option(help="Comma-separated guards, or 'none'.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML settings file.")] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Also replay at other thresholds and plot wrong hits against hits served.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Replay a trace through the real lookup pipeline and count correct and wrong hits."""
+    import asyncio
+
+    from .evaluation import evaluate_trace
+    from .evaluation.report import plot_trace_sweep, trace_table
+
+    settings = _settings(_eval_overrides(threshold, guards, config))
+    rows = _read(file, ("prompt", "cluster", "duplicate_of"))
+    embedder, verifier, policy = _eval_parts(settings)
+    thresholds = [policy.threshold]
+    if plot:
+        thresholds += [t for t in (0.80, 0.83, 0.86, 0.88, 0.92, 0.95) if t != policy.threshold]
+    reports = []
+    with _progress(as_json) as progress:
+        task = progress.add_task("replaying", total=len(rows) * len(thresholds))
+        for value in thresholds:
+            replay = evaluate_trace(
+                rows, embedder, policy.updated({"threshold": value}), verifier=verifier,
+                advance=lambda n: progress.advance(task, n),
+            )  # fmt: skip
+            reports.append(asyncio.run(replay))
+    if plot:
+        plot_trace_sweep(sorted(reports, key=lambda r: r.policy["threshold"]), plot)
+    report = reports[0]
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        console.print(trace_table(report))
+
+
+def _eval_overrides(threshold: float | None, guards: str | None, config: Path | None) -> dict[str, Any]:
+    values = {"threshold": threshold, "guards": guards, "config": config}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _eval_parts(settings: Settings) -> tuple[Any, Any, Any]:
+    from .embedders import load_embedder
+    from .evaluation.embedding_cache import CachedEmbedder
+    from .quality import default_policy
+    from .verifiers import load_verifier
+
+    try:
+        embedder = CachedEmbedder(load_embedder(settings.embedding_model))
+        verifier = load_verifier(settings)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+    return embedder, verifier, default_policy(settings)
+
+
+def _read(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:
+    from .evaluation.data import read_jsonl
+
+    try:
+        return read_jsonl(path, required)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(console=Console(stderr=True), transient=True, disable=False)
 
 
 def _stats_table(data: dict[str, Any]) -> Table:

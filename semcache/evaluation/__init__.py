@@ -1,0 +1,6 @@
+"""Measuring hit quality on labelled data: ``semcache eval pairs`` and ``semcache eval trace``."""
+
+from .pairs import PairsReport, evaluate_pairs
+from .trace import TraceReport, evaluate_trace
+
+__all__ = ["PairsReport", "TraceReport", "evaluate_pairs", "evaluate_trace"]

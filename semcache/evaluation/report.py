@@ -1,0 +1,106 @@
+"""Tables and plots of evaluation reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from .pairs import PairsReport
+from .trace import TraceReport
+
+
+def pairs_table(report: PairsReport) -> Table:
+    table = Table(
+        title=f"pairs at threshold {report.policy['threshold']} with guards {report.policy['guards'] or 'none'}"
+    )
+    for column in ("source", "precision", "recall", "F1", "accepted", "positives"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    rows = [("all", report.at_policy), *report.by_source.items()] if len(report.by_source) > 1 else [
+        ("all", report.at_policy)
+    ]  # fmt: skip
+    for name, scores in rows:
+        table.add_row(name, f"{scores.precision:.3f}", f"{scores.recall:.3f}", f"{scores.f1:.3f}",
+                      str(scores.accepted), str(scores.positives))  # fmt: skip
+    if report.best_threshold is None or report.best is None:
+        table.caption = f"no threshold reaches precision {report.target_precision}"
+    else:
+        table.caption = (
+            f"most recall at precision ≥ {report.target_precision}: threshold {report.best_threshold} "
+            f"(precision {report.best.precision:.3f}, recall {report.best.recall:.3f})"
+        )
+    return table
+
+
+def trace_table(report: TraceReport) -> Table:
+    table = Table(
+        title=f"trace replay at threshold {report.policy['threshold']}, guards {report.policy['guards'] or 'none'}"
+    )
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("requests", report.requests),
+        ("hits (exact / template / semantic)",
+         f"{report.hits} ({report.tiers['exact']} / {report.tiers['template']} / {report.tiers['semantic']})"),
+        ("correct hits", report.correct_hits),
+        ("wrong hits", report.wrong_hits),
+        ("wrong-hit rate", f"{report.wrong_hit_rate:.1%}"),
+        ("share of possible hits served", f"{report.served_share:.1%} of {report.possible_hits}"),
+        ("upstream calls", report.upstream_calls),
+        ("extra upstream calls", f"{report.extra_upstream_calls} ({report.extra_upstream_share:.1%} of requests)"),
+    ]  # fmt: skip
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table
+
+
+def plot_pairs(report: PairsReport, path: Path) -> None:
+    plt = _pyplot()
+    figure, (histogram, curve) = plt.subplots(1, 2, figsize=(12, 4.5))
+    similarities, labels = np.array(report.similarities), np.array(report.labels)
+    bins = np.linspace(max(similarities.min(), 0.0), 1.0, 50)
+    histogram.hist(similarities[labels], bins=bins, alpha=0.6, label="duplicates")
+    histogram.hist(similarities[~labels], bins=bins, alpha=0.6, label="not duplicates")
+    histogram.axvline(report.policy["threshold"], color="black", linestyle="--", label="threshold")
+    histogram.set_xlabel("cosine similarity")
+    histogram.set_ylabel("pairs")
+    histogram.set_title("similarity by label")
+    histogram.legend()
+    thresholds = [c["threshold"] for c in report.curve]
+    curve.plot(thresholds, [c["precision"] for c in report.curve], marker=".", label="precision")
+    curve.plot(thresholds, [c["recall"] for c in report.curve], marker=".", label="recall")
+    curve.axhline(report.target_precision, color="grey", linestyle=":", label=f"target {report.target_precision}")
+    if report.best_threshold is not None:
+        curve.axvline(report.best_threshold, color="black", linestyle="--", label=f"best {report.best_threshold}")
+    curve.set_xlabel("threshold (with guards and verifier as configured)")
+    curve.set_title("precision and recall against threshold")
+    curve.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_trace_sweep(points: list[TraceReport], path: Path) -> None:
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    axis.plot([p.served_share for p in points], [p.wrong_hit_rate for p in points], marker="o")
+    for point in points:
+        axis.annotate(str(point.policy["threshold"]), (point.served_share, point.wrong_hit_rate), fontsize=8)
+    axis.set_xlabel("share of possible hits served")
+    axis.set_ylabel("share of hits that were wrong")
+    axis.set_title("trace replay over thresholds")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

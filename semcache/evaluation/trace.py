@@ -1,0 +1,151 @@
+"""``semcache eval trace``: replay prompts in arrival order through the real lookup pipeline.
+
+The upstream is simulated: it answers every prompt with its cluster's answer, so a hit is correct
+exactly when it returns the answer of the prompt's own cluster.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..embedders import BatchingEmbedder
+from ..index import ScopedVectorIndex
+from ..pipeline import Pipeline, RequestControls
+from ..protocols import Verifier
+from ..quality import DecisionLog, NamespacePolicies, QualityPolicy
+from ..stats import Stats
+from ..stores import SQLiteStore
+from ..tiers import TemplateTier
+from ..tokens import TokenCounter
+from ..wire import ChatCompletionRequest, chat_completion, completion_id
+from .embedding_cache import CachedEmbedder
+
+_ANSWER_PREFIX = "answer for cluster "
+
+
+class ClusterUpstream:
+    """An ``Upstream`` that answers each prompt with the answer of its labelled cluster."""
+
+    def __init__(self, cluster_of: dict[str, str]) -> None:
+        self._cluster_of = cluster_of
+        self.calls = 0
+
+    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        self.calls += 1
+        prompt = body["messages"][-1]["content"]
+        answer = _ANSWER_PREFIX + self._cluster_of[prompt]
+        return chat_completion(response_id=completion_id(), model=body["model"], content=answer, usage={})
+
+    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        raise NotImplementedError("the trace replay asks without streaming")
+        yield {}  # pragma: no cover
+
+    async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
+        return {"object": "list", "data": []}
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class TraceReport:
+    requests: int
+    policy: dict[str, Any]
+    hits: int
+    tiers: dict[str, int]
+    correct_hits: int
+    wrong_hits: int
+    wrong_hit_rate: float  # wrong hits / hits
+    possible_hits: int  # prompts with an earlier prompt of the same cluster
+    served_share: float  # correct hits / possible hits
+    misses: int
+    upstream_calls: int
+    extra_upstream_calls: int  # calls beyond the misses (verification), as a share of requests below
+    extra_upstream_share: float
+    seconds: float
+    wrong_examples: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def evaluate_trace(
+    rows: list[dict[str, Any]],
+    embedder: CachedEmbedder,
+    policy: QualityPolicy,
+    *,
+    verifier: Verifier | None = None,
+    advance: Callable[[int], None] | None = None,
+    work_dir: Path | None = None,
+) -> TraceReport:
+    started = time.monotonic()
+    prompts = [str(r["prompt"]) for r in rows]
+    cluster_of = {str(r["prompt"]): str(r["cluster"]) for r in rows}
+    embedder.warm(prompts)
+    upstream = ClusterUpstream(cluster_of)
+    with tempfile.TemporaryDirectory(dir=work_dir or _fast_temp_dir()) as folder:
+        store = SQLiteStore(Path(folder) / "trace.sqlite3")
+        await store.open()
+        batcher = BatchingEmbedder(embedder)
+        pipeline = Pipeline(
+            store=store, index=ScopedVectorIndex(embedder.dimension), embedder=batcher, upstream=upstream,
+            templates=TemplateTier([], 1.0), tokens=TokenCounter(Path(folder) / "tiktoken"), stats=Stats(),
+            policies=NamespacePolicies(policy), default_ttl_s=0, max_temperature=1.0, verifier=verifier,
+            decisions=DecisionLog(10),
+        )  # fmt: skip
+        try:
+            report = await _replay(pipeline, rows, upstream, advance)
+        finally:
+            await batcher.close()
+            await store.close()
+    report.policy = policy.as_dict()
+    report.seconds = round(time.monotonic() - started, 2)
+    return report
+
+
+async def _replay(
+    pipeline: Pipeline, rows: list[dict[str, Any]], upstream: ClusterUpstream, advance: Callable[[int], None] | None
+) -> TraceReport:
+    tiers = {"exact": 0, "template": 0, "semantic": 0}
+    correct = wrong = misses = 0
+    examples: list[dict[str, Any]] = []
+    for row in rows:
+        request = ChatCompletionRequest.model_validate(
+            {"model": "eval", "messages": [{"role": "user", "content": str(row["prompt"])}]}
+        )
+        lookup = await pipeline.lookup(request, "eval", RequestControls())
+        if lookup.hit is None:
+            misses += 1
+            await pipeline.forward(lookup, {})
+        else:
+            tiers[lookup.hit.tier] += 1
+            if lookup.hit.answer == _ANSWER_PREFIX + str(row["cluster"]):
+                correct += 1
+            else:
+                wrong += 1
+                examples.append({"prompt": row["prompt"], "matched": lookup.hit.matched_prompt,
+                                 "similarity": lookup.hit.similarity, "tier": lookup.hit.tier})  # fmt: skip
+        if advance is not None:
+            advance(1)
+    hits = correct + wrong
+    possible = sum(r.get("duplicate_of") is not None for r in rows)
+    extra = upstream.calls - misses
+    return TraceReport(
+        requests=len(rows), policy={}, hits=hits, tiers=tiers, correct_hits=correct, wrong_hits=wrong,
+        wrong_hit_rate=round(wrong / hits, 4) if hits else 0.0, possible_hits=possible,
+        served_share=round(correct / possible, 4) if possible else 0.0, misses=misses,
+        upstream_calls=upstream.calls, extra_upstream_calls=extra,
+        extra_upstream_share=round(extra / len(rows), 4) if rows else 0.0, seconds=0.0,
+        wrong_examples=examples,
+    )  # fmt: skip
+
+
+def _fast_temp_dir() -> str | None:
+    """RAM-backed scratch space where there is one: the replay's store needs no durability."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() else None
