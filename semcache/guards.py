@@ -129,6 +129,11 @@ def _after_sentence_end(text: _Text, position: int) -> bool:
     return any(mark in between for mark in ".?!:")
 
 
+def named_entities(text: str) -> list[str]:
+    """Names, acronyms and codes in ``text``, lower-cased."""
+    return _entities(_Text.of(text))
+
+
 def entities(query: _Text, cached: _Text) -> GuardResult:
     for mine, other in ((query, cached), (cached, query)):
         vocabulary = set(other.tokens)
@@ -158,7 +163,7 @@ def _content_positions(text: _Text) -> dict[str, int]:
     positions: dict[str, int] = {}
     counts: dict[str, int] = {}
     for position, token in enumerate(text.tokens):
-        if token in _STOPWORDS or len(token) < 2:
+        if token in _STOPWORDS or token in _NEGATIONS or len(token) < 2:
             continue
         stem = _stem(token)
         counts[stem] = counts.get(stem, 0) + 1

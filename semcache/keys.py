@@ -14,6 +14,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from . import guards
 from .wire import ChatCompletionRequest, Message
 
 KEY_VERSION = "1"
@@ -77,13 +78,19 @@ def bypass_reason(request: ChatCompletionRequest, max_temperature: float) -> str
     return None
 
 
-def request_key(request: ChatCompletionRequest, namespace: str) -> RequestKey:
-    """Keys for a request that ``bypass_reason`` allowed."""
+def request_key(request: ChatCompletionRequest, namespace: str, *, standalone: bool = False) -> RequestKey:
+    """Keys for a request that ``bypass_reason`` allowed.
+
+    With ``standalone``, earlier user and assistant turns are left out of the scope (the system
+    prompt stays in), so the prompt can hit entries stored from other conversations.
+    """
     *earlier, last = request.messages
     prompt = message_text(last) or ""
     params = request.model_dump(exclude=_NOT_ANSWER_SHAPING, exclude_none=True)
     context = [m.model_dump(exclude_none=True) for m in earlier]
     system = [c for c in context if c.get("role") in ("system", "developer")]
+    if standalone:
+        context = system
     scope = _digest({"ns": namespace, "model": request.model, "context": context, "params": params})
     normalized = normalize(prompt)
     return RequestKey(
@@ -96,6 +103,38 @@ def request_key(request: ChatCompletionRequest, namespace: str) -> RequestKey:
         has_history=len(system) != len(context),
         system_prompt_hash=_digest(system),
     )
+
+
+_REFERS_BACK = frozenset(
+    (
+        "he she it they him her them his hers its their theirs himself herself itself themselves this that "
+        "these those there then such same above below former latter previous earlier again also too another "
+        "other others more else instead one ones example examples why so and but or continue elaborate expand "
+        "explain shorter longer simpler simplify rephrase rewrite translate summarize summarise summary "
+        "it's that's he's she's they're there's"
+    ).split()
+)
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+_MIN_STANDALONE_WORDS = 4
+
+
+def reads_standalone(prompt: str) -> bool:
+    """True when the prompt names what it is about and carries no word that points back.
+
+    Deliberately strict: "How old is he?", "Why?", "And in French?" or "Make it shorter" depend on
+    earlier turns, and "How much does a ticket cost?" names nothing, so all stay in their conversation;
+    "What is the capital of France?" does not.
+    """
+    words = [w.lower().replace("’", "'") for w in _WORD.findall(unicodedata.normalize("NFKC", prompt))]
+    if len(words) < _MIN_STANDALONE_WORDS or any(w in _REFERS_BACK for w in words):
+        return False
+    return bool(guards.named_entities(prompt))
+
+
+def conversation_text(request: ChatCompletionRequest) -> str:
+    """The text of the user and assistant turns before the prompt."""
+    turns = [m for m in request.messages[:-1] if m.role in ("user", "assistant")]
+    return "\n".join(message_text(m) or "" for m in turns)
 
 
 def _digest(value: Any) -> str:

@@ -20,7 +20,7 @@ from .entries import CacheEntry, NegativeFeedback
 from .errors import NotFound
 from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
-from .keys import RequestKey, bypass_reason, request_key
+from .keys import RequestKey, bypass_reason, conversation_text, reads_standalone, request_key
 from .protocols import Store, Upstream, Verifier
 from .quality import DecisionLog, NamespacePolicies
 from .stats import Stats
@@ -75,6 +75,10 @@ class Pipeline:
     default_ttl_s: float
     max_temperature: float
     verifier: Verifier | None = None
+    # "standalone": a prompt that reads on its own and is far from its conversation may hit entries
+    # from other conversations; "strict": earlier turns are always part of the scope.
+    multi_turn: Literal["standalone", "strict"] = "standalone"
+    standalone_max_context_similarity: float = 0.35
     clock: Callable[[], float] = time.time
     decisions: DecisionLog = field(default_factory=DecisionLog)
     served: ServedHits = field(default_factory=ServedHits)
@@ -95,12 +99,25 @@ class Pipeline:
         reason = bypass_reason(request, self.max_temperature)
         if reason is not None:
             return Lookup(request, namespace, controls, key=None, bypass_reason=reason)
-        lookup = Lookup(request, namespace, controls, key=request_key(request, namespace))
+        key, vector = await self._key(request, namespace)
+        lookup = Lookup(request, namespace, controls, key=key, vector=vector)
         if controls.read_cache:
             lookup.hit = await self._find(lookup)
         if lookup.hit is not None and lookup.hit.entry_id is not None:
             self.pending_touches[lookup.hit.entry_id] = self.clock()
         return lookup
+
+    async def _key(self, request: ChatCompletionRequest, namespace: str) -> tuple[RequestKey, np.ndarray | None]:
+        """The request's keys; a follow-up that stands on its own is scoped without its conversation."""
+        key = request_key(request, namespace)
+        if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
+            return key, None
+        prompt_vector, context_vector = await asyncio.gather(
+            self.embedder.embed(key.prompt), self.embedder.embed(conversation_text(request))
+        )
+        if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
+            return key, prompt_vector  # on the conversation's topic: its context may shape the answer
+        return request_key(request, namespace, standalone=True), prompt_vector
 
     async def _find(self, lookup: Lookup) -> Hit | None:
         assert lookup.key is not None
@@ -108,7 +125,8 @@ class Pipeline:
         hit = await self.exact.lookup(lookup.key, now) or self.templates.lookup_exact(lookup.key)
         if hit is not None:
             return hit
-        lookup.vector = await self.embedder.embed(lookup.key.prompt)
+        if lookup.vector is None:
+            lookup.vector = await self.embedder.embed(lookup.key.prompt)
         return self.templates.lookup_semantic(lookup.key, lookup.vector) or await self.semantic.lookup(
             lookup.key, lookup.vector, now
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, field_validator
@@ -72,6 +72,14 @@ class Settings(BaseSettings):
         0.0, ge=0.0, le=1.0, description="Candidates under this cosine also need the verifier's approval."
     )
     verifier_min_score: float = Field(0.5, ge=0.0, le=1.0, description="Lowest verifier score that approves a hit.")
+    multi_turn: Literal["standalone", "strict"] = Field(
+        "standalone",
+        description="'standalone': a follow-up that reads on its own and is off its conversation's topic may hit "
+        "across conversations; 'strict': earlier turns are always part of the scope.",
+    )
+    standalone_max_context_similarity: float = Field(
+        0.35, ge=0.0, le=1.0, description="Cosine between a follow-up and its conversation above which it stays scoped."
+    )
     hnsw_min_entries: int = Field(
         10_000, ge=1, description="A scope's index switches from exact (flat) to HNSW search at this size."
     )

@@ -119,6 +119,8 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             default_ttl_s=settings.ttl,
             max_temperature=settings.max_temperature,
             verifier=await asyncio.to_thread(load_verifier, settings),
+            multi_turn=settings.multi_turn,
+            standalone_max_context_similarity=settings.standalone_max_context_similarity,
             decisions=DecisionLog(settings.decisions_kept),
         )
         await pipeline.start()

@@ -1,0 +1,53 @@
+"""Guards veto candidates whose meaning differs in ways embeddings miss."""
+
+from __future__ import annotations
+
+import pytest
+
+from semcache import guards
+
+
+def verdicts(query: str, cached: str) -> dict[str, bool]:
+    return {r.guard: r.passed for r in guards.check(query, cached, guards.GUARD_NAMES)}
+
+
+@pytest.mark.parametrize(
+    ("query", "cached", "guard"),
+    [
+        ("After 3 months, can I re-enter the US?", "After 5 months, can I re-enter the US?", "numbers"),
+        ("What kind of economy does Ukraine have in 2014?", "What kind of economy does Ukraine have?", "numbers"),
+        ("Why can't I sleep at night?", "Why can I sleep at night?", "negation"),
+        ("What are the worst dating sites?", "What are the best dating sites?", "antonyms"),
+        ("Where can I buy Guinness in the UK?", "Where can I buy Guinness in the US?", "entities"),
+        ("Are towns in Idaho nice for hikers?", "Are towns in Montana nice for hikers?", "entities"),
+        ("What does LeBron James think of Kobe Bryant?", "What does Kobe Bryant think of LeBron James?", "order"),
+        ("Are cats afraid of tigers?", "Are tigers afraid of cats?", "order"),
+    ],
+)
+def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard: str) -> None:
+    assert verdicts(query, cached)[guard] is False
+    assert verdicts(cached, query)[guard] is False
+
+
+@pytest.mark.parametrize(
+    ("query", "cached"),
+    [
+        ("How do I learn Python quickly?", "How can I learn python fast?"),
+        ("What are the top three qualities of a leader?", "What are the top 3 qualities of a leader?"),
+        ("How are satellites launched into orbit?", "How is a satellite launched into orbit?"),
+        ("Why doesn't my code compile?", "Why does my code not compile?"),
+        ("What is Yorker in cricket? Explain.", "What is a yorker in cricket?"),
+    ],
+)
+def test_true_paraphrases_pass_every_guard(query: str, cached: str) -> None:
+    assert all(verdicts(query, cached).values()), verdicts(query, cached)
+
+
+def test_results_explain_the_veto() -> None:
+    [result] = guards.check("Is 2015 a leap year?", "Is 2016 a leap year?", ["numbers"])
+    assert not result.passed and "2015" in result.detail and "2016" in result.detail
+
+
+def test_unknown_guard_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown guards"):
+        guards.validate(["numbers", "astrology"])
