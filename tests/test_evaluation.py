@@ -1,0 +1,70 @@
+"""semcache eval: pairs and trace on small samples of ../shared/data, through the real model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from semcache.cli import app
+
+from .conftest import SHARED_DATA
+
+pytestmark = pytest.mark.slow
+
+
+def sample(tmp_path: Path, name: str, rows: int) -> Path:
+    lines = (SHARED_DATA / name).read_text().splitlines()[:rows]
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run(*args: str) -> dict:
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_eval_pairs_reports_precision_recall_and_the_best_threshold(tmp_path: Path) -> None:
+    pairs = sample(tmp_path, "qqp_dev.jsonl", 120)
+    report = run("eval", "pairs", str(pairs), "--plot", str(tmp_path / "pairs.png"))
+    scores = report["at_policy"]
+    assert 0.5 <= scores["precision"] <= 1.0 and 0.0 < scores["recall"] <= 1.0
+    assert scores["positives"] == sum(json.loads(line)["duplicate"] for line in pairs.read_text().splitlines())
+    assert report["policy"]["threshold"] == 0.9 and "numbers" in report["policy"]["guards"]
+    assert len(report["curve"]) == 30
+    recalls = [point["recall"] for point in report["curve"]]
+    assert recalls == sorted(recalls, reverse=True)  # a higher threshold never finds more
+    if report["best_threshold"] is not None:
+        assert report["best"]["precision"] >= 0.95
+    assert (tmp_path / "pairs.png").stat().st_size > 10_000
+
+
+def test_eval_pairs_flags_override_the_shipped_settings(tmp_path: Path) -> None:
+    pairs = sample(tmp_path, "mqp_dev.jsonl", 60)
+    loose = run("eval", "pairs", str(pairs), "--threshold", "0.5", "--guards", "none")
+    strict = run("eval", "pairs", str(pairs), "--threshold", "0.95")
+    assert loose["policy"]["guards"] == [] and loose["at_policy"]["recall"] >= strict["at_policy"]["recall"]
+    assert set(loose["by_source"]) == {"mqp"}
+
+
+def test_eval_trace_replays_through_the_pipeline(tmp_path: Path) -> None:
+    trace = sample(tmp_path, "trace_qqp_dev.jsonl", 300)
+    report = run("eval", "trace", str(trace), "--threshold", "0.85")
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert report["requests"] == 300
+    assert report["possible_hits"] == sum(r["duplicate_of"] is not None for r in rows)
+    assert report["hits"] == report["correct_hits"] + report["wrong_hits"] == sum(report["tiers"].values())
+    assert report["misses"] + report["hits"] == 300
+    assert report["upstream_calls"] == report["misses"] and report["extra_upstream_calls"] == 0
+    assert report["correct_hits"] > 0
+
+
+def test_eval_reports_bad_files_without_a_traceback(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"q1": "a", "q2": "b"}\n')
+    result = CliRunner().invoke(app, ["eval", "pairs", str(broken)])
+    assert result.exit_code == 2 and "missing ['duplicate']" in result.output
