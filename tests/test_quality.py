@@ -69,7 +69,7 @@ def test_namespace_config_takes_effect_at_once_and_persists(
     client = make_client(url)
     ask(client, QUESTION)
     config = httpx.get(f"{url}/admin/namespaces/default/config").json()
-    assert config["config"]["threshold"] == 0.9 and config["overrides"] == {}
+    assert config["config"]["threshold"] == 0.91 and config["overrides"] == {}
 
     response = httpx.put(f"{url}/admin/namespaces/default/config", json={"threshold": 0.99, "guards": ["numbers"]})
     assert response.status_code == 200
@@ -80,7 +80,7 @@ def test_namespace_config_takes_effect_at_once_and_persists(
 
     restarted = serve(data_dir=data)
     assert httpx.get(f"{restarted}/admin/namespaces/default/config").json()["config"]["threshold"] == 0.99
-    assert httpx.get(f"{restarted}/admin/namespaces/other/config").json()["config"]["threshold"] == 0.9
+    assert httpx.get(f"{restarted}/admin/namespaces/other/config").json()["config"]["threshold"] == 0.91
 
 
 @pytest.mark.parametrize(

@@ -65,8 +65,9 @@ def test_hit_is_a_well_formed_completion(client: openai.OpenAI) -> None:
         {"messages": [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": QUESTION}]},
         {
             "messages": [
-                {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello!"},
+                # on-topic earlier turns may shape the answer (standalone questions: test_quality.py)
+                {"role": "user", "content": "I want to start programming in Python."},
+                {"role": "assistant", "content": "Great choice!"},
                 {"role": "user", "content": QUESTION},
             ]
         },

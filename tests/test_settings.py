@@ -29,7 +29,7 @@ def test_defaults() -> None:
     assert settings.host == "127.0.0.1"
     assert settings.port == 8080
     assert settings.upstream_url == "https://api.openai.com/v1"
-    assert settings.threshold == DEFAULT_THRESHOLD == 0.90
+    assert settings.threshold == DEFAULT_THRESHOLD == 0.91
     assert settings.ttl == 7 * 24 * 3600
     assert settings.data_dir == Path("index")
     assert settings.templates is None
