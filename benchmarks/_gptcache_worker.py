@@ -152,8 +152,10 @@ def run_trace(name: str, rows: list[dict[str, Any]], cache: Cache) -> dict[str, 
         else:
             outcomes.append("wrong")
             if matched:
+                # hit_callback gets GPTCache's score over its range: (4 - squared L2) / 4 = (1 + cosine) / 2
                 question, score = matched[0]
-                examples.append({"prompt": prompt, "matched": str(question), "score": round(float(score), 4)})
+                examples.append({"prompt": prompt, "matched": str(question), "score": round(float(score), 4),
+                                 "cosine": round(2 * float(score) - 1, 4)})  # fmt: skip
         if number % 50 == 49 or number == len(rows) - 1:
             emit("advance", task=task, n=number % 50 + 1)
     return {"outcomes": outcomes, "wrong_examples": examples}

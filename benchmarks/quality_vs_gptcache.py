@@ -344,7 +344,7 @@ def build_table(inputs: Inputs, semcache: CacheResults | None, gptcache: CacheRe
             ("correct hits", lambda s: str(s.correct_hits)),
             ("wrong hits", lambda s: str(s.wrong_hits)),
             ("wrong-hit rate", lambda s: f"{s.wrong_hit_rate:.1%}"),
-            ("share of possible hits served", lambda s: f"{s.served_share:.1%}"),
+            ("possible hits served", lambda s: f"{s.served_share:.1%}"),
         ]
         for label, (measure, trace_show) in zip(labels, trace_measures, strict=True):
             cells = [_cell(side.trace.get(name) if side else None, trace_show) for side in (gptcache, semcache)]

@@ -15,9 +15,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import guards as guard_checks
+from .coalescing import Flight, InFlight
 from .embedders import BatchingEmbedder
 from .entries import CacheEntry, NegativeFeedback
-from .errors import NotFound
+from .errors import NotFound, SemcacheError, UpstreamUnavailable
 from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
 from .keys import RequestKey, bypass_reason, conversation_text, reads_standalone, request_key
@@ -32,6 +34,8 @@ from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion
 _REPLAY_PIECE_CHARS = 24
 # After a wrong semantic hit at cosine s, the entry is served only from s + this margin.
 _FEEDBACK_MARGIN = 0.005
+# How many times a request may find its leader failed and try again (the last try leads).
+_MAX_LEADS = 3
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,18 @@ class Lookup:
     bypass_reason: str | None = None
     hit: Hit | None = None
     vector: np.ndarray | None = None
+    # Set when the answer came from another request's upstream call: "exact" or "semantic".
+    coalesced_tier: Literal["exact", "semantic"] | None = None
 
     @property
     def outcome(self) -> Literal["hit", "miss", "bypass"]:
         if self.key is None:
             return "bypass"
-        return "hit" if self.hit is not None else "miss"
+        return "hit" if self.hit is not None or self.coalesced_tier is not None else "miss"
+
+    @property
+    def tier(self) -> str | None:
+        return self.coalesced_tier or (self.hit.tier if self.hit is not None else None)
 
 
 @dataclass
@@ -79,9 +89,12 @@ class Pipeline:
     # from other conversations; "strict": earlier turns are always part of the scope.
     multi_turn: Literal["standalone", "strict"] = "standalone"
     standalone_max_context_similarity: float = 0.35
+    coalesce: bool = True
+    coalesce_wait_s: float = 30.0  # longest a semantic match waits for a similar request in flight
     clock: Callable[[], float] = time.time
     decisions: DecisionLog = field(default_factory=DecisionLog)
     served: ServedHits = field(default_factory=ServedHits)
+    inflight: InFlight = field(default_factory=InFlight)
     # Hits since the last flush: entry id to last access time, written to the store in batches.
     pending_touches: dict[int, float] = field(default_factory=dict)
 
@@ -132,19 +145,19 @@ class Pipeline:
         )
 
     def record(self, lookup: Lookup) -> None:
-        self.stats.record(lookup.namespace, lookup.outcome, lookup.hit.tier if lookup.hit else None)
+        self.stats.record(lookup.namespace, lookup.outcome, lookup.tier)
 
     # -- hits --------------------------------------------------------------------------------
 
-    def hit_response(self, lookup: Lookup) -> dict[str, Any]:
+    def hit_response(self, lookup: Lookup, finish_reason: str = "stop") -> dict[str, Any]:
         assert lookup.hit is not None
         request = lookup.request
         return chat_completion(
             response_id=self._served_id(lookup), model=request.model, content=lookup.hit.answer,
-            usage=self._usage(lookup),
+            usage=self._usage(lookup), finish_reason=finish_reason,
         )  # fmt: skip
 
-    async def hit_stream(self, lookup: Lookup) -> AsyncIterator[dict[str, Any]]:
+    async def hit_stream(self, lookup: Lookup, finish_reason: str = "stop") -> AsyncIterator[dict[str, Any]]:
         assert lookup.hit is not None
         response_id, model, created = self._served_id(lookup), lookup.request.model, int(time.time())
         answer = lookup.hit.answer
@@ -154,7 +167,7 @@ class Pipeline:
         for start in range(0, len(answer), _REPLAY_PIECE_CHARS):
             piece = answer[start : start + _REPLAY_PIECE_CHARS]
             yield chat_chunk(response_id=response_id, model=model, created=created, delta={"content": piece})
-        yield chat_chunk(response_id=response_id, model=model, created=created, delta={}, finish_reason="stop")
+        yield chat_chunk(response_id=response_id, model=model, created=created, delta={}, finish_reason=finish_reason)
         if lookup.request.include_usage_in_stream():
             yield usage_chunk(response_id=response_id, model=model, created=created, usage=self._usage(lookup))
 
@@ -199,34 +212,148 @@ class Pipeline:
     # -- misses ------------------------------------------------------------------------------
 
     async def forward(self, lookup: Lookup, headers: dict[str, str]) -> dict[str, Any]:
-        body = {**lookup.request.upstream_body(), "stream": False}
-        response = await self.upstream.complete(body, headers)
-        answer = _clean_answer(response)
-        if answer is not None:
-            await self._store(lookup, answer)
-        return response
+        """A non-streamed miss: follow an identical request in flight, or lead one upstream call."""
+        semantic_tried = False
+        for _ in range(_MAX_LEADS):
+            if lookup.key is None or not self.coalesce:
+                return await self._lead(lookup, headers, None)
+            flight = self.inflight.get(lookup.key.exact)
+            if flight is not None:
+                try:
+                    return self._followed_response(lookup, await flight.result())
+                except SemcacheError:
+                    continue  # the leader failed: try again, perhaps as the leader
+            if not semantic_tried:
+                semantic_tried = True
+                if await self._wait_for_similar(lookup):
+                    return self.hit_response(lookup)
+            flight = self.inflight.lead(lookup.key, lookup.vector, streamed=False)
+            try:
+                return await self._lead(lookup, headers, flight)
+            finally:
+                self.inflight.land(flight)
+        return await self._lead(lookup, headers, None)
 
     async def forward_stream(self, lookup: Lookup, headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
-        """Pass the upstream's chunks through as they come; store the answer after a clean finish.
+        """A streamed miss: relay an identical request's stream as it arrives, or lead one.
 
-        If the client goes away, this generator is closed: the upstream call is cancelled and
-        nothing is stored.
+        The leader passes the upstream's chunks through as they come and stores the answer after a
+        clean finish. If its client goes away, this generator is closed: the upstream call is
+        cancelled, nothing is stored, and its followers try again themselves.
         """
-        body = lookup.request.upstream_body()
-        pieces: list[str] = []
-        finish_reasons: list[str] = []
-        tool_calls = False
-        async for chunk in self.upstream.stream(body, headers):
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
-                if isinstance(delta.get("content"), str):
-                    pieces.append(delta["content"])
-                tool_calls = tool_calls or bool(delta.get("tool_calls") or delta.get("function_call"))
-                if choice.get("finish_reason"):
-                    finish_reasons.append(choice["finish_reason"])
+        semantic_tried = False
+        for _ in range(_MAX_LEADS):
+            if lookup.key is None or not self.coalesce:
+                async for chunk in self._lead_stream(lookup, headers, None):
+                    yield chunk
+                return
+            flight = self.inflight.get(lookup.key.exact)
+            if flight is not None:
+                relayed = 0
+                try:
+                    async for chunk in self._follow_stream(lookup, flight):
+                        relayed += 1
+                        yield chunk
+                    return
+                except SemcacheError:
+                    if relayed:
+                        raise  # bytes are out: the client sees the leader's failure
+                    continue
+            if not semantic_tried:
+                semantic_tried = True
+                if await self._wait_for_similar(lookup):
+                    async for chunk in self.hit_stream(lookup):
+                        yield chunk
+                    return
+            flight = self.inflight.lead(lookup.key, lookup.vector, streamed=True)
+            try:
+                async for chunk in self._lead_stream(lookup, headers, flight):
+                    yield chunk
+            finally:
+                self.inflight.land(flight)
+            return
+        raise UpstreamUnavailable("the upstream failed for every request sharing this answer")
+
+    async def _lead(self, lookup: Lookup, headers: dict[str, str], flight: Flight | None) -> dict[str, Any]:
+        body = {**lookup.request.upstream_body(), "stream": False}
+        try:
+            response = await self.upstream.complete(body, headers)
+            answer = _clean_answer(response)
+            if answer is not None:
+                await self._store(lookup, answer)
+        except BaseException as exc:
+            if flight is not None:
+                await flight.fail(_as_upstream_error(exc))
+            raise
+        if flight is not None:
+            await flight.finish(response=response, text=answer, cacheable=answer is not None)
+        return response
+
+    async def _lead_stream(
+        self, lookup: Lookup, headers: dict[str, str], flight: Flight | None
+    ) -> AsyncIterator[dict[str, Any]]:
+        answer = _StreamedAnswer()
+        try:
+            async for chunk in self.upstream.stream(lookup.request.upstream_body(), headers):
+                answer.add(chunk)
+                if flight is not None:
+                    await flight.publish(chunk)
+                yield chunk
+            if answer.cacheable():
+                await self._store(lookup, answer.text())
+        except BaseException as exc:
+            if flight is not None:
+                await flight.fail(_as_upstream_error(exc))
+            raise
+        if flight is not None:
+            await flight.finish(response=None, text=None, cacheable=answer.cacheable())
+
+    async def _follow_stream(self, lookup: Lookup, flight: Flight) -> AsyncIterator[dict[str, Any]]:
+        lookup.coalesced_tier = "exact"
+        flight.followers += 1
+        self.stats.record_coalesced()
+        if flight.streamed:
+            async for chunk in flight.follow():
+                yield chunk
+            return
+        done = await flight.result()
+        lookup.hit = Hit(tier="exact", answer=done.text, matched_prompt=flight.key.prompt)
+        async for chunk in self.hit_stream(lookup, finish_reason=done.finish_reason or "stop"):
             yield chunk
-        if finish_reasons == ["stop"] and not tool_calls and pieces:
-            await self._store(lookup, "".join(pieces))
+
+    def _followed_response(self, lookup: Lookup, flight: Flight) -> dict[str, Any]:
+        lookup.coalesced_tier = "exact"
+        flight.followers += 1
+        self.stats.record_coalesced()
+        if flight.response is not None:
+            return flight.response
+        lookup.hit = Hit(tier="exact", answer=flight.text, matched_prompt=flight.key.prompt)
+        return self.hit_response(lookup, finish_reason=flight.finish_reason or "stop")
+
+    async def _wait_for_similar(self, lookup: Lookup) -> bool:
+        """Wait for an in-flight request that a semantic hit could be served from; True if served."""
+        if lookup.key is None or lookup.vector is None or not lookup.controls.read_cache:
+            return False
+        nearest = self.inflight.nearest(lookup.key, lookup.vector)
+        if nearest is None:
+            return False
+        flight, similarity = nearest
+        policy = self.policies.for_namespace(lookup.key.namespace)
+        if similarity < policy.threshold:
+            return False
+        if not all(r.passed for r in guard_checks.check(lookup.key.prompt, flight.key.prompt, policy.guards)):
+            return False
+        try:
+            done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
+        except (SemcacheError, TimeoutError):
+            return False
+        if not done.cacheable:
+            return False
+        lookup.hit = Hit(tier="semantic", answer=done.text, matched_prompt=flight.key.prompt, similarity=similarity)
+        lookup.coalesced_tier = "semantic"
+        flight.followers += 1
+        self.stats.record_coalesced()
+        return True
 
     async def _store(self, lookup: Lookup, answer: str) -> None:
         if lookup.key is None or not lookup.controls.store:
@@ -254,6 +381,36 @@ class Pipeline:
         if replaced:
             self.index.remove(replaced)
         self.index.add(scope, np.array([entry_id]), vector.reshape(1, -1))
+
+
+class _StreamedAnswer:
+    """What a stream said so far, and whether it may be cached."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.finish_reasons: list[str] = []
+        self.tool_calls = False
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.pieces.append(delta["content"])
+            self.tool_calls = self.tool_calls or bool(delta.get("tool_calls") or delta.get("function_call"))
+            if choice.get("finish_reason"):
+                self.finish_reasons.append(choice["finish_reason"])
+
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def cacheable(self) -> bool:
+        return self.finish_reasons == ["stop"] and not self.tool_calls and bool(self.pieces)
+
+
+def _as_upstream_error(exc: BaseException) -> SemcacheError:
+    if isinstance(exc, SemcacheError):
+        return exc
+    return UpstreamUnavailable("the request leading this answer ended before it finished")
 
 
 def _clean_answer(response: dict[str, Any]) -> str | None:

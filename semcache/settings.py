@@ -43,9 +43,19 @@ class Settings(BaseSettings):
     upstream_api_key: str | None = Field(
         None, description="Key sent upstream; when unset, the client's Authorization header is passed on."
     )
-    upstream_connect_timeout_s: float = Field(5.0, gt=0)
-    upstream_read_timeout_s: float = Field(120.0, gt=0, description="Longest wait for the next byte.")
-    upstream_max_connections: int = Field(100, ge=1)
+    upstream_connect_timeout_s: float = Field(5.0, gt=0, description="Longest wait to connect.")
+    upstream_first_byte_timeout_s: float = Field(
+        60.0, gt=0, description="Longest wait for the first byte of an answer, and between later bytes."
+    )
+    upstream_total_timeout_s: float = Field(300.0, gt=0, description="Longest a whole upstream call may take.")
+    upstream_max_attempts: int = Field(3, ge=1, description="Tries per call, the first included.")
+    upstream_retry_base_delay_s: float = Field(0.2, ge=0, description="First backoff; doubles per retry, jittered.")
+    upstream_retry_max_total_s: float = Field(30.0, ge=0, description="No retry starts after this long.")
+    breaker_failure_threshold: int = Field(5, ge=1, description="Consecutive failures that open the circuit.")
+    breaker_reset_after_s: float = Field(30.0, gt=0, description="How long the circuit stays open before a probe.")
+    upstream_max_concurrent: int = Field(64, ge=1, description="Upstream calls in flight at once.")
+    upstream_max_queued: int = Field(256, ge=0, description="Calls waiting for a slot; more get a 429.")
+    upstream_max_connections: int = Field(100, ge=1, description="Size of the pooled HTTP client.")
 
     # Storage
     data_dir: Path = Field(Path("index"), description="Folder for the SQLite entries and the FAISS index.")

@@ -38,6 +38,7 @@ class Stats:
     tiers: dict[str, int] = field(default_factory=lambda: {"exact": 0, "template": 0, "semantic": 0})
     namespaces: dict[str, _Counts] = field(default_factory=dict)
     feedback: dict[str, int] = field(default_factory=lambda: {"correct": 0, "wrong": 0})
+    coalesced: int = 0
     embed_batches: int = 0
     embedded_prompts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -56,6 +57,10 @@ class Stats:
                     counts.errors += 1
             if tier is not None:
                 self.tiers[tier] = self.tiers.get(tier, 0) + 1
+
+    def record_coalesced(self) -> None:
+        with self._lock:
+            self.coalesced += 1
 
     def record_feedback(self, namespace: str, correct: bool) -> None:
         with self._lock:
@@ -77,6 +82,7 @@ class Stats:
                 **self.total.as_dict(),
                 "tiers": dict(self.tiers),
                 "feedback": dict(self.feedback),
+                "coalesced": self.coalesced,
                 "by_namespace": {ns: counts.as_dict() for ns, counts in sorted(self.namespaces.items())},
                 "embedding": {
                     "batches": self.embed_batches,

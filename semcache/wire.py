@@ -57,7 +57,9 @@ def completion_id() -> str:
     return f"chatcmpl-sc{uuid.uuid4().hex[:24]}"
 
 
-def chat_completion(*, response_id: str, model: str, content: str, usage: dict[str, int]) -> dict[str, Any]:
+def chat_completion(
+    *, response_id: str, model: str, content: str, usage: dict[str, int], finish_reason: str = "stop"
+) -> dict[str, Any]:
     return {
         "id": response_id,
         "object": "chat.completion",
@@ -69,7 +71,7 @@ def chat_completion(*, response_id: str, model: str, content: str, usage: dict[s
                 "index": 0,
                 "message": {"role": "assistant", "content": content, "refusal": None},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": usage,

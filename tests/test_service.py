@@ -212,7 +212,10 @@ def test_truncated_answer_is_not_cached(client: openai.OpenAI, upstream: Standin
     assert ask(client, QUESTION)[1]["x-semcache"] == "miss"
 
 
-def test_upstream_errors_come_back_in_openai_shape(client: openai.OpenAI, upstream: StandinUpstream) -> None:
+def test_upstream_errors_come_back_in_openai_shape(
+    serve: Callable[..., str], make_client, upstream: StandinUpstream
+) -> None:
+    client = make_client(serve(upstream_max_attempts=1))  # retries: tests/test_resilience.py
     upstream.set_fault(status=429, retry_after=3, times=1)
     with pytest.raises(openai.RateLimitError) as caught:
         ask(client, QUESTION)

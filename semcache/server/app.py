@@ -22,6 +22,7 @@ from ..stores import SQLiteStore
 from ..tiers import TemplateTier, load_templates
 from ..tokens import TokenCounter
 from ..upstreams import RemoteUpstream
+from ..upstreams.resilience import CircuitBreaker, ConcurrencyLimit, ResilientUpstream, RetryPolicy
 from ..verifiers import load_verifier
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
@@ -53,7 +54,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = AppState(settings=settings, upstream=upstream or _remote_upstream(settings), access=access)
+        state = AppState(settings=settings, upstream=upstream or _upstream(settings), access=access)
         app.state.semcache = state
         loader = asyncio.create_task(_load(state, embedder, TemplateTier(templates, settings.template_threshold)))
         try:
@@ -77,13 +78,24 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream
     return app
 
 
-def _remote_upstream(settings: Settings) -> RemoteUpstream:
-    return RemoteUpstream(
+def _upstream(settings: Settings) -> ResilientUpstream:
+    remote = RemoteUpstream(
         settings.upstream_url,
         api_key=settings.upstream_api_key,
         connect_timeout_s=settings.upstream_connect_timeout_s,
-        read_timeout_s=settings.upstream_read_timeout_s,
+        read_timeout_s=settings.upstream_first_byte_timeout_s,
         max_connections=settings.upstream_max_connections,
+    )
+    return ResilientUpstream(
+        remote,
+        retry=RetryPolicy(
+            max_attempts=settings.upstream_max_attempts,
+            base_delay_s=settings.upstream_retry_base_delay_s,
+            max_total_s=settings.upstream_retry_max_total_s,
+        ),
+        breaker=CircuitBreaker(settings.breaker_failure_threshold, settings.breaker_reset_after_s),
+        limit=ConcurrencyLimit(settings.upstream_max_concurrent, settings.upstream_max_queued),
+        total_timeout_s=settings.upstream_total_timeout_s,
     )
 
 

@@ -41,26 +41,25 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     state = _state(request)
     namespace = namespace_of(request)
     lookup = await pipeline.lookup(body, namespace, _controls(request))
-    headers = _outcome_headers(lookup)
     upstream_headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_ON_HEADERS}
     try:
         if lookup.hit is not None:
             pipeline.record(lookup)
             if body.stream:
-                return _sse(pipeline.hit_stream(lookup), headers)
-            return JSONResponse(pipeline.hit_response(lookup), headers=headers)
+                return _sse(pipeline.hit_stream(lookup), _outcome_headers(lookup))
+            return JSONResponse(pipeline.hit_response(lookup), headers=_outcome_headers(lookup))
         if body.stream:
             chunks = pipeline.forward_stream(lookup, upstream_headers)
             first = await anext(chunks, None)  # errors before the first byte keep their HTTP status
             pipeline.record(lookup)
-            return _sse(chunks, headers, first)
+            return _sse(chunks, _outcome_headers(lookup), first)
         response = await pipeline.forward(lookup, upstream_headers)
         pipeline.record(lookup)
-        return JSONResponse(response, headers=headers)
+        return JSONResponse(response, headers=_outcome_headers(lookup))
     except SemcacheError as error:
         state.stats.record(namespace, "error")
         failure = error_response(error)
-        failure.headers.update(headers)
+        failure.headers.update(_outcome_headers(lookup))
         return failure
 
 
@@ -127,10 +126,12 @@ def _controls(request: Request) -> RequestControls:
 
 def _outcome_headers(lookup: Lookup) -> dict[str, str]:
     headers: dict[str, str] = {"X-Semcache": lookup.outcome}
-    if lookup.hit is not None:
-        headers["X-Semcache-Tier"] = lookup.hit.tier
-        if lookup.hit.tier == "semantic" and lookup.hit.similarity is not None:
-            headers["X-Semcache-Similarity"] = f"{lookup.hit.similarity:.4f}"
+    if lookup.tier is not None:
+        headers["X-Semcache-Tier"] = lookup.tier
+    if lookup.tier == "semantic" and lookup.hit is not None and lookup.hit.similarity is not None:
+        headers["X-Semcache-Similarity"] = f"{lookup.hit.similarity:.4f}"
+    if lookup.coalesced_tier is not None:
+        headers["X-Semcache-Coalesced"] = "true"
     return headers
 
 

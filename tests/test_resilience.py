@@ -1,0 +1,214 @@
+"""Misses under load and a misbehaving upstream: coalescing, retries, the breaker, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import httpx
+import openai
+import pytest
+
+from semcache.testing.standin_upstream import StandinUpstream
+
+from .conftest import ask
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "How do I learn Python quickly?"
+PARAPHRASE = "How can I learn Python fast?"
+
+
+def body(prompt: str, stream: bool = False) -> dict:
+    return {"model": "test-model", "messages": [{"role": "user", "content": prompt}], "stream": stream}
+
+
+async def streamed_text(client: httpx.AsyncClient, url: str, prompt: str) -> tuple[str, dict[str, str]]:
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body(prompt, stream=True)) as response:
+        text = ""
+        async for line in response.aiter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:]).get("choices", []):
+                    text += (choice.get("delta") or {}).get("content") or ""
+        return text, dict(response.headers)
+
+
+async def test_50_concurrent_identical_misses_make_one_upstream_call(service: str, upstream: StandinUpstream) -> None:
+    upstream.state.base_latency_s = 0.5
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+
+            async def one(n: int) -> tuple[str, dict[str, str]]:
+                if n % 2:
+                    return await streamed_text(client, service, QUESTION)
+                response = await client.post(f"{service}/v1/chat/completions", json=body(QUESTION))
+                return response.json()["choices"][0]["message"]["content"], dict(response.headers)
+
+            results = await asyncio.gather(*(one(n) for n in range(50)))
+    finally:
+        upstream.state.base_latency_s = 0.0
+    assert [text for text, _ in results] == [f"Answer to: {QUESTION}"] * 50
+    assert upstream.chat_calls() == 1
+    outcomes = [(h["x-semcache"], h.get("x-semcache-coalesced")) for _, h in results]
+    assert outcomes.count(("miss", None)) == 1 and outcomes.count(("hit", "true")) == 49
+    async with httpx.AsyncClient() as client:
+        stats = (await client.get(f"{service}/stats")).json()
+    assert stats["coalesced"] == 49 and stats["entries"] == 1
+
+
+async def test_followers_stream_from_the_leaders_stream_as_it_arrives(service: str, upstream: StandinUpstream) -> None:
+    upstream.set_fault(chunk_delay_s=0.3)
+    async with httpx.AsyncClient(timeout=30) as client:
+        leader = asyncio.create_task(streamed_text(client, service, QUESTION))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        first_chunk_after = None
+        async with client.stream("POST", f"{service}/v1/chat/completions", json=body(QUESTION, True)) as response:
+            assert response.headers["x-semcache-coalesced"] == "true"
+            async for line in response.aiter_lines():
+                if '"content":"' in line and first_chunk_after is None:
+                    first_chunk_after = time.monotonic() - started
+        whole = time.monotonic() - started
+        await leader
+    assert upstream.chat_calls() == 1
+    assert first_chunk_after is not None and first_chunk_after < whole / 2  # relayed, not replayed at the end
+
+
+async def test_a_semantic_match_waits_for_the_request_in_flight(service: str, upstream: StandinUpstream) -> None:
+    upstream.state.base_latency_s = 0.6
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            first = asyncio.create_task(client.post(f"{service}/v1/chat/completions", json=body(QUESTION)))
+            await asyncio.sleep(0.2)
+            second = await client.post(f"{service}/v1/chat/completions", json=body(PARAPHRASE))
+            await first
+    finally:
+        upstream.state.base_latency_s = 0.0
+    assert second.json()["choices"][0]["message"]["content"] == f"Answer to: {QUESTION}"
+    assert (second.headers["x-semcache-tier"], second.headers["x-semcache-coalesced"]) == ("semantic", "true")
+    assert upstream.chat_calls() == 1
+
+
+async def test_when_the_leader_fails_one_follower_retries(serve: Callable[..., str], upstream: StandinUpstream) -> None:
+    url = serve(upstream_max_attempts=1)
+    upstream.set_fault(status=500, times=1, latency_s=0.5)
+    async with httpx.AsyncClient(timeout=30) as client:
+        leader = asyncio.create_task(client.post(f"{url}/v1/chat/completions", json=body(QUESTION)))
+        await asyncio.sleep(0.2)
+        followers = await asyncio.gather(
+            *(client.post(f"{url}/v1/chat/completions", json=body(QUESTION)) for _ in range(5))
+        )
+        assert (await leader).status_code == 500
+    assert [f.status_code for f in followers] == [200] * 5
+    assert {f.json()["choices"][0]["message"]["content"] for f in followers} == {f"Answer to: {QUESTION}"}
+    assert upstream.chat_calls() == 2
+
+
+def test_retries_honour_retry_after_then_succeed(client: openai.OpenAI, upstream: StandinUpstream) -> None:
+    upstream.set_fault(status=429, retry_after=1, times=2)
+    started = time.monotonic()
+    answer, _ = ask(client, QUESTION)
+    assert answer == f"Answer to: {QUESTION}" and upstream.chat_calls() == 3
+    assert time.monotonic() - started >= 2.0  # waited what Retry-After asked, twice
+
+
+def test_retries_stop_after_the_attempt_bound(client: openai.OpenAI, upstream: StandinUpstream) -> None:
+    upstream.set_fault(status=503)
+    with pytest.raises(openai.InternalServerError) as caught:
+        ask(client, QUESTION)
+    assert caught.value.status_code == 503 and upstream.chat_calls() == 3
+
+
+def test_client_errors_are_not_retried(client: openai.OpenAI, upstream: StandinUpstream) -> None:
+    upstream.set_fault(status=400)
+    with pytest.raises(openai.BadRequestError):
+        ask(client, QUESTION)
+    assert upstream.chat_calls() == 1
+
+
+def test_no_retry_once_bytes_were_streamed_and_nothing_partial_is_stored(
+    client: openai.OpenAI, upstream: StandinUpstream
+) -> None:
+    upstream.set_fault(cut_after_chunks=2, times=1)
+    with pytest.raises(openai.APIError):
+        list(client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": QUESTION}],
+                                            stream=True))  # fmt: skip
+    assert upstream.chat_calls() == 1
+    assert ask(client, QUESTION)[1]["x-semcache"] == "miss"
+
+
+def test_malformed_sse_is_an_error_and_is_not_cached(client: openai.OpenAI, upstream: StandinUpstream) -> None:
+    upstream.set_fault(malformed_sse=True, times=1)
+    with pytest.raises(openai.APIError):
+        list(client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": QUESTION}],
+                                            stream=True))  # fmt: skip
+    assert ask(client, QUESTION)[1]["x-semcache"] == "miss"
+
+
+def test_circuit_breaker_opens_fails_fast_and_closes(
+    serve: Callable[..., str], make_client, upstream: StandinUpstream
+) -> None:
+    url = serve(upstream_max_attempts=1, breaker_failure_threshold=3, breaker_reset_after_s=1.0)
+    client = make_client(url)
+    ask(client, "What is the speed of light?")  # cached while healthy
+    upstream.set_fault(status=500)
+    for n in range(3):
+        with pytest.raises(openai.InternalServerError):
+            ask(client, f"Question number {n} about rivers?")
+    calls = upstream.chat_calls()
+    with pytest.raises(openai.InternalServerError) as caught:
+        ask(client, "Yet another question about rivers?")
+    assert caught.value.status_code == 503 and caught.value.response.headers["retry-after"] == "1"
+    assert caught.value.response.json()["error"]["code"] == "circuit_open"
+    assert upstream.chat_calls() == calls  # failed fast, without calling
+    assert ask(client, "What is the speed of light?")[1]["x-semcache"] == "hit"  # hits keep flowing
+    upstream.reset()
+    time.sleep(1.1)
+    assert ask(client, "A probe question about rivers?")[0] == "Answer to: A probe question about rivers?"
+    assert ask(client, "And one more about lakes in Canada?")[1]["x-semcache"] == "miss"  # closed again
+
+
+async def test_a_full_upstream_queue_answers_429_with_retry_after(
+    serve: Callable[..., str], upstream: StandinUpstream
+) -> None:
+    url = serve(upstream_max_concurrent=1, upstream_max_queued=1)
+    upstream.state.base_latency_s = 0.5
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            prompts = ["What is a prime number?", "Who painted the Mona Lisa?", "Where is Mount Everest located?"]
+            responses = await asyncio.gather(
+                *(client.post(f"{url}/v1/chat/completions", json=body(p)) for p in prompts)
+            )
+    finally:
+        upstream.state.base_latency_s = 0.0
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200, 200, 429]
+    refused = next(r for r in responses if r.status_code == 429)
+    assert refused.headers["retry-after"] == "1" and refused.json()["error"]["code"] == "upstream_queue_full"
+
+
+def test_an_upstream_that_hangs_gets_a_fast_504(
+    serve: Callable[..., str], make_client, upstream: StandinUpstream
+) -> None:
+    client = make_client(serve(upstream_first_byte_timeout_s=0.5, upstream_max_attempts=1))
+    upstream.set_fault(hang_before_first_byte=True)
+    started = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as caught:
+        ask(client, QUESTION)
+    assert caught.value.status_code == 504 and time.monotonic() - started < 10
+
+
+async def test_a_client_that_disconnects_midway_does_not_poison_the_cache(
+    service: str, upstream: StandinUpstream
+) -> None:
+    upstream.set_fault(chunk_delay_s=0.2, times=1)
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with client.stream("POST", f"{service}/v1/chat/completions", json=body(QUESTION, True)) as response:
+            async for line in response.aiter_lines():
+                if '"content":"' in line:
+                    break  # leave after the first piece of the answer
+        await asyncio.sleep(1.5)
+        again = await client.post(f"{service}/v1/chat/completions", json=body(QUESTION))
+    assert again.headers["x-semcache"] == "miss"
