@@ -4,7 +4,8 @@
     ├── InvalidRequest            400  the request is malformed or asks for something unsupported
     │   └── BodyTooLarge          413
     ├── Unauthorized              401  unknown or missing client API key
-    ├── Forbidden                 403  a namespace the key may not use, or a missing admin key
+    ├── Forbidden                 403  a namespace the key may not use, or a wrong admin key
+    ├── RateLimited               429  the client's token bucket is empty (with Retry-After)
     ├── NotFound                  404
     ├── NotReady                  503  the model or the index is still loading
     └── UpstreamError             the upstream failed; status mirrors what the client should see
@@ -66,6 +67,12 @@ class Forbidden(SemcacheError):
     status_code = 403
     error_type = "permission_error"
     code = "forbidden"
+
+
+class RateLimited(SemcacheError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
 
 
 class NotFound(SemcacheError):

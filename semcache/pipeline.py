@@ -23,6 +23,7 @@ from .errors import NotFound, SemcacheError, UpstreamUnavailable
 from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
 from .keys import RequestKey, bypass_reason, conversation_text, reads_standalone, request_key
+from .limits import fit_context
 from .protocols import Store, Upstream, Verifier
 from .quality import DecisionLog, NamespacePolicies
 from .stats import Stats
@@ -89,6 +90,8 @@ class Pipeline:
     # from other conversations; "strict": earlier turns are always part of the scope.
     multi_turn: Literal["standalone", "strict"] = "standalone"
     standalone_max_context_similarity: float = 0.35
+    context_limits: dict[str, int] = field(default_factory=dict)  # most prompt tokens per model
+    trim_oldest_turns: bool = False
     coalesce: bool = True
     coalesce_wait_s: float = 30.0  # longest a semantic match waits for a similar request in flight
     clock: Callable[[], float] = time.time
@@ -109,6 +112,7 @@ class Pipeline:
     # -- lookup ------------------------------------------------------------------------------
 
     async def lookup(self, request: ChatCompletionRequest, namespace: str, controls: RequestControls) -> Lookup:
+        request = fit_context(request, self.tokens, self.context_limits.get(request.model), self.trim_oldest_turns)
         reason = bypass_reason(request, self.max_temperature)
         if reason is not None:
             return Lookup(request, namespace, controls, key=None, bypass_reason=reason)

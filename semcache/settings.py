@@ -109,6 +109,16 @@ class Settings(BaseSettings):
         None, description="JSON or YAML mapping of client API key to the namespaces it may use."
     )
     admin_key: str | None = Field(None, description="Bearer token the /admin paths require, when set.")
+    rate_limit_per_s: float = Field(
+        0.0, ge=0, description="Requests per second per API key (else per namespace); 0 turns the limit off."
+    )
+    rate_limit_burst: int = Field(20, ge=1, description="Requests a client may send at once before the rate applies.")
+    context_limits: dict[str, int] = Field(
+        default_factory=dict, description="Most prompt tokens per model, e.g. {'gpt-4o-mini': 128000}."
+    )
+    trim_oldest_turns: bool = Field(
+        False, description="Drop the oldest turns of a conversation that is over its model's limit, not a 400."
+    )
     decisions_kept: int = Field(1000, ge=1, description="How many recent lookups GET /admin/decisions can show.")
 
     @field_validator("guards", mode="before")

@@ -212,3 +212,38 @@ async def test_a_client_that_disconnects_midway_does_not_poison_the_cache(
         await asyncio.sleep(1.5)
         again = await client.post(f"{service}/v1/chat/completions", json=body(QUESTION))
     assert again.headers["x-semcache"] == "miss"
+
+
+def test_the_rate_limit_answers_429_with_retry_after_per_key(
+    serve: Callable[..., str], make_client, upstream: StandinUpstream
+) -> None:
+    url = serve(rate_limit_per_s=0.5, rate_limit_burst=3)
+    alice, bob = make_client(url, "sk-alice"), make_client(url, "sk-bob")
+    for _ in range(3):
+        ask(alice, QUESTION)
+    with pytest.raises(openai.RateLimitError) as caught:
+        ask(alice, QUESTION)
+    assert caught.value.response.headers["retry-after"] == "2"
+    assert caught.value.response.json()["error"]["code"] == "rate_limit_exceeded"
+    assert ask(bob, QUESTION)[1]["x-semcache"] == "hit"  # another key has its own bucket
+
+
+def test_an_over_long_prompt_is_a_clear_400_or_trimmed_when_configured(
+    serve: Callable[..., str], make_client, upstream: StandinUpstream
+) -> None:
+    long_history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "word " * 400},
+        {"role": "assistant", "content": "noted " * 400},
+        {"role": "user", "content": QUESTION},
+    ]
+    strict = make_client(serve(context_limits={"test-model": 300}))
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(strict, "", messages=long_history)
+    assert caught.value.response.json()["error"]["code"] == "context_length_exceeded"
+    assert upstream.chat_calls() == 0
+
+    trimming = make_client(serve(context_limits={"test-model": 300}, trim_oldest_turns=True))
+    assert ask(trimming, "", messages=long_history)[0] == f"Answer to: {QUESTION}"
+    sent = upstream.calls[-1]["json"]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user"] and sent[-1]["content"] == QUESTION

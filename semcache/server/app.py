@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from ..embedders import BatchingEmbedder, load_embedder
 from ..index import ScopedVectorIndex
+from ..limits import RateLimiter
 from ..maintenance import Maintenance, restore_index
 from ..pipeline import Pipeline
 from ..protocols import Embedder, Upstream
@@ -43,6 +44,7 @@ class AppState:
     stats: Stats = field(default_factory=Stats)
     pipeline: Pipeline | None = None
     maintenance: Maintenance | None = None
+    rate_limiter: RateLimiter | None = None
     load_error: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -54,7 +56,12 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = AppState(settings=settings, upstream=upstream or _upstream(settings), access=access)
+        limiter = (
+            RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst) if settings.rate_limit_per_s else None
+        )
+        state = AppState(
+            settings=settings, upstream=upstream or _upstream(settings), access=access, rate_limiter=limiter
+        )
         app.state.semcache = state
         loader = asyncio.create_task(_load(state, embedder, TemplateTier(templates, settings.template_threshold)))
         try:
@@ -132,6 +139,8 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             max_temperature=settings.max_temperature,
             verifier=await asyncio.to_thread(load_verifier, settings),
             multi_turn=settings.multi_turn,
+            context_limits=settings.context_limits,
+            trim_oldest_turns=settings.trim_oldest_turns,
             standalone_max_context_similarity=settings.standalone_max_context_similarity,
             decisions=DecisionLog(settings.decisions_kept),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -40,6 +41,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     pipeline = pipeline_of(request)
     state = _state(request)
     namespace = namespace_of(request)
+    if state.rate_limiter is not None:
+        state.rate_limiter.admit(_client_id(request, namespace))
     lookup = await pipeline.lookup(body, namespace, _controls(request))
     upstream_headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_ON_HEADERS}
     try:
@@ -108,6 +111,14 @@ def namespace_of(request: Request) -> str:
     """The request's namespace, checked against its API key's allowed set."""
     access = _state(request).access
     return str(access.namespace_for(request.headers.get("authorization"), request.headers.get("x-semcache-namespace")))
+
+
+def _client_id(request: Request, namespace: str) -> str:
+    """Who a rate limit applies to: the API key (hashed, never kept in clear), else the namespace."""
+    authorization = request.headers.get("authorization")
+    if authorization:
+        return "key:" + hashlib.sha256(authorization.encode()).hexdigest()[:32]
+    return "namespace:" + namespace
 
 
 def _controls(request: Request) -> RequestControls:

@@ -146,7 +146,8 @@ class LocalUpstream:
         # On a GPU keep the checkpoint's own precision; on a CPU half precision is slow or unsupported.
         dtype: Any = "auto" if self.device.startswith("cuda") else torch.float32
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
-        self.model: PreTrainedModel = model.to(self.device).eval()
+        # transformers wraps ``to`` with ``functools.wraps(torch.nn.Module.to)``, which confuses mypy about ``self``.
+        self.model: PreTrainedModel = model.to(self.device).eval()  # type: ignore[arg-type]
 
         self.max_batch_size = max_batch_size
         self.batch_window_s = batch_window_ms / 1000
@@ -455,18 +456,15 @@ class _Row:
             self.request.post(_Failed(exc))
 
     def _decode(self, *, final: bool) -> str:
-        before = self._tokenizer.decode(
-            self._ids[self._prefix_offset : self._read_offset],
-            skip_special_tokens=True,
-            clean_up_tokenization_spaces=False,
-        )
-        after = self._tokenizer.decode(
-            self._ids[self._prefix_offset :], skip_special_tokens=True, clean_up_tokenization_spaces=False
-        )
+        before = self._text(self._ids[self._prefix_offset : self._read_offset])
+        after = self._text(self._ids[self._prefix_offset :])
         if len(after) <= len(before) or (after.endswith("\ufffd") and not final):
             return ""  # nothing new yet, or half a character: wait for the next token
         self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
         return after[len(before) :]
+
+    def _text(self, ids: list[int]) -> str:
+        return str(self._tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False))
 
     def _take(self, text: str) -> None:
         held = self._held + text
