@@ -47,6 +47,12 @@ def serve(
         int | None, typer.Option(help="Size bound, LRU eviction. (env SEMCACHE_MAX_ENTRIES)")
     ] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any setting. (env SEMCACHE_CONFIG)")] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="'remote' (an OpenAI-compatible API) or 'local'. (env SEMCACHE_BACKEND)")
+    ] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="Local Hugging Face model folder, with --backend local. (env SEMCACHE_MODEL)")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
     """Run the caching proxy."""
@@ -64,6 +70,8 @@ def serve(
         "ttl": ttl,
         "max_entries": max_entries,
         "config": config,
+        "backend": backend,
+        "model": model,
     }
     settings = _settings({k: v for k, v in flags.items() if v is not None})
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -37,6 +37,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest accepted request body, in bytes.")
 
     # Upstream
+    backend: Literal["remote", "local"] = Field(
+        "remote", description="'remote': an OpenAI-compatible API at upstream_url; 'local': a model loaded here."
+    )
+    model: Path | None = Field(None, description="With --backend local: a local Hugging Face causal LM folder.")
+    local_max_batch_size: int = Field(8, ge=1, description="Most misses in one generate call (local backend).")
+    local_batch_window_ms: float = Field(10.0, ge=0, description="How long misses gather into a batch (local).")
+    local_max_new_tokens: int = Field(256, ge=1, description="Answer length when a request sets no max_tokens.")
     upstream_url: str = Field(
         "https://api.openai.com/v1", description="OpenAI-compatible base URL, as the openai SDK takes it."
     )

@@ -39,7 +39,7 @@ class AppState:
     """Everything a request handler may touch, built once per app."""
 
     settings: Settings
-    upstream: Upstream
+    upstream: Upstream | None  # None until a local model has loaded
     access: AccessPolicy
     stats: Stats = field(default_factory=Stats)
     pipeline: Pipeline | None = None
@@ -60,7 +60,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream
             RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst) if settings.rate_limit_per_s else None
         )
         state = AppState(
-            settings=settings, upstream=upstream or _upstream(settings), access=access, rate_limiter=limiter
+            settings=settings, upstream=upstream or _remote_upstream(settings), access=access, rate_limiter=limiter
         )
         app.state.semcache = state
         loader = asyncio.create_task(_load(state, embedder, TemplateTier(templates, settings.template_threshold)))
@@ -85,7 +85,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream
     return app
 
 
-def _upstream(settings: Settings) -> ResilientUpstream:
+def _remote_upstream(settings: Settings) -> ResilientUpstream | None:
+    """The remote backend; None for the local one, which loads with the other models."""
+    if settings.backend == "local":
+        return None
     remote = RemoteUpstream(
         settings.upstream_url,
         api_key=settings.upstream_api_key,
@@ -93,10 +96,29 @@ def _upstream(settings: Settings) -> ResilientUpstream:
         read_timeout_s=settings.upstream_first_byte_timeout_s,
         max_connections=settings.upstream_max_connections,
     )
+    return _resilient(remote, settings, max_attempts=settings.upstream_max_attempts)
+
+
+def _local_upstream(settings: Settings) -> ResilientUpstream:
+    """A local model; retrying it would only repeat its failure, so it gets one attempt."""
+    from ..upstreams.local import LocalUpstream  # imports transformers: only when asked for
+
+    if settings.model is None:
+        raise ValueError("--backend local needs --model PATH (SEMCACHE_MODEL), a local Hugging Face model folder")
+    local = LocalUpstream(
+        settings.model,
+        max_batch_size=settings.local_max_batch_size,
+        batch_window_ms=settings.local_batch_window_ms,
+        max_new_tokens_default=settings.local_max_new_tokens,
+    )
+    return _resilient(local, settings, max_attempts=1)
+
+
+def _resilient(inner: Upstream, settings: Settings, *, max_attempts: int) -> ResilientUpstream:
     return ResilientUpstream(
-        remote,
+        inner,
         retry=RetryPolicy(
-            max_attempts=settings.upstream_max_attempts,
+            max_attempts=max_attempts,
             base_delay_s=settings.upstream_retry_base_delay_s,
             max_total_s=settings.upstream_retry_max_total_s,
         ),
@@ -110,6 +132,9 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
     """Load the model, open the store and restore the index; /healthz turns 200 once done."""
     settings = state.settings
     try:
+        if state.upstream is None:
+            state.upstream = await asyncio.to_thread(_local_upstream, settings)
+        upstream = state.upstream
         model: Embedder = (
             embedder if embedder is not None else await asyncio.to_thread(load_embedder, settings.embedding_model)
         )
@@ -130,7 +155,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             store=store,
             index=index,
             embedder=batcher,
-            upstream=state.upstream,
+            upstream=upstream,
             templates=templates,
             tokens=tokens,
             stats=state.stats,
@@ -179,7 +204,8 @@ async def _shutdown(state: AppState) -> None:
             log.exception("could not save the index snapshot; the next start rebuilds it from the store")
         await pipeline.embedder.close()
         await pipeline.store.close()
-    await state.upstream.close()
+    if state.upstream is not None:
+        await state.upstream.close()
 
 
 def _version() -> str:

@@ -69,7 +69,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 @router.get("/v1/models", summary="List the upstream's models")
 async def list_models(request: Request) -> Any:
     headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_ON_HEADERS}
-    return await _state(request).upstream.list_models(headers)
+    upstream = _state(request).upstream
+    if upstream is None:
+        raise NotReady("the local model is still loading", headers={"Retry-After": "5"})
+    return await upstream.list_models(headers)
 
 
 @router.get("/healthz", summary="200 once the model and the index are loaded, 503 before")

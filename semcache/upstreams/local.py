@@ -7,10 +7,15 @@ How a request travels:
    transcript) and tokenised in a worker thread. A prompt that does not fit the model's context is
    refused here, before anything is queued.
 2. A scheduler task collects requests for ``batch_window_ms`` after the first one arrives, up to
-   ``max_batch_size``. A batch holds requests with the same sampling settings whose longest prompt
-   plus largest ``max_tokens`` fits the context; the others wait for the next batch, in arrival order.
+   ``max_batch_size``. A batch holds requests whose longest prompt plus largest ``max_tokens`` fits
+   the context; the others wait for the next batch, in arrival order.
 3. One dedicated thread runs ``model.generate`` for the batch, prompts padded on the left and masked.
-   The batch runs for as many steps as its greediest member asked for.
+   The batch runs for as many steps as its greediest member asked for. Greedy and sampled requests
+   share a batch: when any member samples, a logits processor applies each row's own temperature
+   and top_p, and leaves a greedy row (temperature 0) only its likeliest token, so the draw is the
+   argmax. Only OpenAI's ``temperature`` and ``top_p`` shape sampling: the checkpoint's own sampling
+   defaults (top_k, typical_p, its temperature) are switched off; its other logits processors
+   (a repetition penalty, say) apply to every request.
 4. Once per step, ``generate`` hands the whole batch's new tokens to a ``_BatchDispatcher`` (passed as a
    stopping criterion). For each row it decodes the new text, holds back what could be the start of
    a stop string, and posts the increment to that request's own asyncio queue with
@@ -47,7 +52,7 @@ from ..errors import InvalidRequest, UpstreamError, UpstreamUnavailable
 from ..wire import chat_chunk, chat_completion, completion_id, usage_chunk
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator
 
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -93,7 +98,8 @@ class _Params:
 class _Request:
     prompt_ids: list[int]
     max_new_tokens: int
-    sampling: tuple[float, float]  # (temperature, top_p); (0.0, 1.0) is greedy
+    temperature: float  # 0: greedy
+    top_p: float
     stop: tuple[str, ...]
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue[_Event]
@@ -187,7 +193,7 @@ class LocalUpstream:
         answer["choices"][0]["finish_reason"] = event.reason
         return answer
 
-    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncGenerator[dict[str, Any], None]:
         """Chunks as the model produces them: a role delta, content deltas, a finish chunk, and a usage
         chunk when ``stream_options.include_usage`` is set. Closing the generator cancels the request."""
         params = _parse(body)
@@ -263,7 +269,8 @@ class LocalUpstream:
         request = _Request(
             prompt_ids=prompt_ids,
             max_new_tokens=max_new_tokens,
-            sampling=(params.temperature, params.top_p) if params.temperature > 0 else (0.0, 1.0),
+            temperature=params.temperature,
+            top_p=params.top_p if params.temperature > 0 else 1.0,
             stop=params.stop,
             loop=loop,
             events=asyncio.Queue(),
@@ -352,11 +359,7 @@ class LocalUpstream:
         return batch
 
     def _fits(self, batch: list[_Request], request: _Request) -> bool:
-        if not batch:
-            return True
-        if request.sampling != batch[0].sampling:
-            return False
-        if self.context_tokens is None:
+        if not batch or self.context_tokens is None:
             return True
         members = [*batch, request]
         longest_prompt = max(len(member.prompt_ids) for member in members)
@@ -366,7 +369,7 @@ class LocalUpstream:
 
     def _generate(self, batch: list[_Request]) -> None:
         import torch
-        from transformers import StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         dispatcher = _BatchDispatcher([_Row(request, self.tokenizer, self.eos_token_ids) for request in batch])
         try:
@@ -382,15 +385,20 @@ class LocalUpstream:
                 dtype=torch.long,
                 device=self.device,
             )
-            temperature, top_p = batch[0].sampling
-            sampling: dict[str, Any] = (
-                {"do_sample": True, "temperature": temperature, "top_p": top_p}
-                if temperature > 0
-                else {"do_sample": False}
-            )
+            sampling: dict[str, Any] = {"do_sample": False}
+            if any(request.temperature > 0 for request in batch):
+                # Each row's own settings come from _RowSampling; generate's own warpers stand aside.
+                sampling = {
+                    "do_sample": True,
+                    "temperature": 1.0,
+                    "top_k": 0,
+                    "top_p": 1.0,
+                    "typical_p": 1.0,
+                    "logits_processor": LogitsProcessorList([_RowSampling(batch, self.device)]),
+                }
             self.generate_calls += 1
             with torch.inference_mode():
-                self.model.generate(  # type: ignore[operator]
+                self.model.generate(  # type: ignore[operator]  # nn.Module.__getattr__ hides the method
                     input_ids=input_ids,
                     attention_mask=attention_mask,
                     max_new_tokens=max(request.max_new_tokens for request in batch),
@@ -515,6 +523,34 @@ class _BatchDispatcher:
     def fail(self, exc: BaseException) -> None:
         for row in self.rows:
             row.fail(exc)
+
+
+class _RowSampling:
+    """A logits processor giving each row of a batch its own temperature and top_p.
+
+    A greedy row keeps only its likeliest token, so sampling it cannot but return the argmax.
+    """
+
+    def __init__(self, batch: Sequence[_Request], device: str) -> None:
+        import torch
+
+        self._greedy = torch.tensor([[request.temperature == 0] for request in batch], device=device)
+        self._temperature = torch.tensor(
+            [[request.temperature or 1.0] for request in batch], dtype=torch.float32, device=device
+        )
+        self._top_p = torch.tensor([[request.top_p] for request in batch], dtype=torch.float32, device=device)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        scores = scores / self._temperature
+        # top_p: drop the least likely tokens while their total probability stays within 1 - top_p.
+        ascending, order = torch.sort(scores, dim=-1)
+        drop_sorted = ascending.softmax(dim=-1).cumsum(dim=-1) <= 1 - self._top_p
+        drop_sorted[:, -1] = False  # the likeliest token always stays
+        drop = drop_sorted.scatter(1, order, drop_sorted)
+        only_best = torch.ones_like(drop).scatter(1, scores.argmax(dim=-1, keepdim=True), False)
+        return scores.masked_fill(torch.where(self._greedy, only_best, drop), float("-inf"))
 
 
 # ---------------------------------------------------------------------- helpers
