@@ -1,0 +1,119 @@
+"""What a miss costs on top of calling the upstream directly, as ratios measured in one run.
+
+    python -m benchmarks.miss_overhead [--requests 60] [--upstream-latency-ms 50] [--chunk-delay-ms 5]
+
+The stand-in upstream and ``semcache serve`` run as separate processes on loopback. Each request
+is a new prompt, so every request through semcache is a miss: lookup, embedding, the upstream
+call, and storing the answer. For streams, time to first byte is the time to the first content
+chunk. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.progress import Progress
+
+from semcache.testing.servers import SemcacheProcess, free_port
+
+
+def timed(client: httpx.Client, url: str, prompt: str, stream: bool) -> tuple[float, float]:
+    """(time to first content byte, total) in ms."""
+    body = {"model": "bench-model", "messages": [{"role": "user", "content": prompt}], "stream": stream}
+    started = time.perf_counter()
+    first = None
+    with client.stream("POST", f"{url}/chat/completions", json=body) as response:
+        for line in response.iter_lines():
+            if first is None and ('"content":"' in line and '"content":""' not in line):
+                first = time.perf_counter()
+        response.raise_for_status()
+    total = time.perf_counter()
+    return ((first or total) - started) * 1000, (total - started) * 1000
+
+
+def run(requests: int, upstream_latency_ms: float, chunk_delay_ms: float) -> dict[str, Any]:
+    port = free_port()
+    upstream = subprocess.Popen(
+        [sys.executable, "-m", "semcache.testing.standin_upstream", "--port", str(port),
+         "--latency-s", str(upstream_latency_ms / 1000), "--log-level", "warning"]
+    )  # fmt: skip
+    direct_url = f"http://127.0.0.1:{port}/v1"
+    results: dict[str, Any] = {}
+    try:
+        wait_for_upstream(f"http://127.0.0.1:{port}")
+        httpx.post(f"http://127.0.0.1:{port}/_control", json={"chunk_delay_s": chunk_delay_ms / 1000})
+        with (
+            tempfile.TemporaryDirectory() as data,
+            SemcacheProcess(data_dir=Path(data), upstream_url=direct_url) as service,
+            httpx.Client(timeout=60) as client,
+            Progress(transient=True) as progress,
+        ):
+            cache_url = f"{service.url}/v1"
+            for n in range(5):
+                timed(client, direct_url, f"warm-up {n}", False)
+                timed(client, cache_url, f"warm-up {n}", True)
+            task = progress.add_task("measuring misses", total=requests * 4)
+            for stream in (False, True):
+                mode = "stream" if stream else "non_stream"
+                direct, cached = [], []
+                for n in range(requests):  # alternate, so drift on a shared machine hits both alike
+                    direct.append(timed(client, direct_url, f"Question {mode} {n}: what is {n} + {n}?", stream))
+                    cached.append(timed(client, cache_url, f"Question {mode} {n}: what is {n} + {n}?", stream))
+                    progress.advance(task, 2)
+                results[mode] = summarise(direct, cached)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    results["upstream_latency_ms"] = upstream_latency_ms
+    results["chunk_delay_ms"] = chunk_delay_ms
+    return results
+
+
+def summarise(direct: list[tuple[float, float]], cached: list[tuple[float, float]]) -> dict[str, Any]:
+    def p50(values: list[float]) -> float:
+        return round(statistics.median(values), 2)
+
+    ttfb_direct, ttfb_cached = p50([d[0] for d in direct]), p50([c[0] for c in cached])
+    total_direct, total_cached = p50([d[1] for d in direct]), p50([c[1] for c in cached])
+    return {
+        "direct_ttfb_p50_ms": ttfb_direct,
+        "semcache_miss_ttfb_p50_ms": ttfb_cached,
+        "ttfb_ratio": round(ttfb_cached / ttfb_direct, 3),
+        "direct_total_p50_ms": total_direct,
+        "semcache_miss_total_p50_ms": total_cached,
+        "total_ratio": round(total_cached / total_direct, 3),
+        "added_total_p50_ms": round(total_cached - total_direct, 2),
+    }
+
+
+def wait_for_upstream(root: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{root}/v1/models", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise TimeoutError("the stand-in upstream did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--upstream-latency-ms", type=float, default=50.0)
+    parser.add_argument("--chunk-delay-ms", type=float, default=5.0)
+    args = parser.parse_args()
+    print(json.dumps(run(args.requests, args.upstream_latency_ms, args.chunk_delay_ms), indent=2))
+
+
+if __name__ == "__main__":
+    main()
