@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,18 @@ from rich.progress import Progress
 
 from semcache.testing.servers import SemcacheProcess, free_port
 
+WORDS = (
+    "apple river quantum violin harbor zebra copper lantern meadow orbit puzzle saddle tiger velvet walnut "
+    "yacht anchor bishop cactus dragon falcon glacier hammer igloo jungle kettle lemon magnet nectar oyster "
+    "parrot quartz rocket silver tulip umbrella vulture wizard yogurt zephyr basalt cobalt dune ember fjord"
+).split()
+
+
+def distinct_prompts(count: int, seed: int) -> list[str]:
+    """Word salads that share no meaning, so that every one is a miss (checked on the header too)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(WORDS, 7)) + "?" for _ in range(count)]
+
 
 def timed(client: httpx.Client, url: str, prompt: str, stream: bool) -> tuple[float, float]:
     """(time to first content byte, total) in ms."""
@@ -32,11 +45,14 @@ def timed(client: httpx.Client, url: str, prompt: str, stream: bool) -> tuple[fl
     started = time.perf_counter()
     first = None
     with client.stream("POST", f"{url}/chat/completions", json=body) as response:
+        outcome = response.headers.get("x-semcache", "direct")
         for line in response.iter_lines():
             if first is None and ('"content":"' in line and '"content":""' not in line):
                 first = time.perf_counter()
         response.raise_for_status()
     total = time.perf_counter()
+    if outcome not in ("miss", "direct"):
+        raise RuntimeError(f"expected a miss, got {outcome!r} for {prompt!r}")
     return ((first or total) - started) * 1000, (total - started) * 1000
 
 
@@ -65,9 +81,9 @@ def run(requests: int, upstream_latency_ms: float, chunk_delay_ms: float) -> dic
             for stream in (False, True):
                 mode = "stream" if stream else "non_stream"
                 direct, cached = [], []
-                for n in range(requests):  # alternate, so drift on a shared machine hits both alike
-                    direct.append(timed(client, direct_url, f"Question {mode} {n}: what is {n} + {n}?", stream))
-                    cached.append(timed(client, cache_url, f"Question {mode} {n}: what is {n} + {n}?", stream))
+                for prompt in distinct_prompts(requests, seed=int(stream)):  # alternate: drift hits both alike
+                    direct.append(timed(client, direct_url, prompt, stream))
+                    cached.append(timed(client, cache_url, prompt, stream))
                     progress.advance(task, 2)
                 results[mode] = summarise(direct, cached)
     finally:

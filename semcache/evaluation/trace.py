@@ -101,6 +101,7 @@ async def evaluate_trace(
         try:
             report = await _replay(pipeline, rows, upstream, advance)
         finally:
+            pipeline.semantic.close()
             await batcher.close()
             await store.close()
     report.policy = policy.as_dict()

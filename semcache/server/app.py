@@ -136,7 +136,9 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             state.upstream = await asyncio.to_thread(_local_upstream, settings)
         upstream = state.upstream
         model: Embedder = (
-            embedder if embedder is not None else await asyncio.to_thread(load_embedder, settings.embedding_model)
+            embedder
+            if embedder is not None
+            else await asyncio.to_thread(load_embedder, settings.embedding_model, settings.embed_threads)
         )
         batcher = BatchingEmbedder(
             model,
@@ -203,6 +205,7 @@ async def _shutdown(state: AppState) -> None:
         except Exception:
             log.exception("could not save the index snapshot; the next start rebuilds it from the store")
         await pipeline.embedder.close()
+        pipeline.semantic.close()
         await pipeline.store.close()
     if state.upstream is not None:
         await state.upstream.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -43,6 +44,9 @@ class SemanticTier:
         self.verifier = verifier
         self._on_decision = on_decision
         self._negatives: dict[int, list[NegativeFeedback]] = {}
+        # One thread, with FAISS's OpenMP team cut to one: a single-query search gains nothing from
+        # more threads, and their idle spinning slowed every other thread on a 2-core machine.
+        self._search_thread = ThreadPoolExecutor(1, "semcache-faiss", initializer=_single_threaded_faiss)
 
     def load_negatives(self, negatives: list[NegativeFeedback]) -> None:
         self._negatives = {}
@@ -54,7 +58,8 @@ class SemanticTier:
 
     async def lookup(self, key: RequestKey, vector: np.ndarray, now: float) -> Hit | None:
         policy = self.policies.for_namespace(key.namespace)
-        candidates = await asyncio.to_thread(self.index.search, key.scope, vector, _CANDIDATES)
+        loop = asyncio.get_running_loop()
+        candidates = await loop.run_in_executor(self._search_thread, self.index.search, key.scope, vector, _CANDIDATES)
         decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss")
         for entry_id, similarity in candidates:
             if decision.candidate is None:
@@ -114,6 +119,15 @@ class SemanticTier:
                 return True
         return False
 
+    def close(self) -> None:
+        self._search_thread.shutdown(wait=False)
+
     def _decide(self, decision: Decision) -> None:
         if self._on_decision is not None:
             self._on_decision(decision)
+
+
+def _single_threaded_faiss() -> None:
+    import faiss
+
+    faiss.omp_set_num_threads(1)  # per thread: rebuilds elsewhere keep their threads
