@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from typing import Any
 import faiss
 import numpy as np
 from rich.progress import Progress
+
+from ._common import pyplot
 
 DIMENSION = 384
 
@@ -97,21 +98,16 @@ def main() -> None:
                 progress.update(task, description=f"{kind} at {size:,}")
                 results[f"{kind}@{size}"] = measure(kind, vectors, queries, truth)
                 progress.advance(task)
-    latencies = {name: r.pop("_latencies") for name, r in results.items()}
+    for result in results.values():
+        result.pop("_latencies")
     if args.plot:
         _plot(results, args.plot)
     print(json.dumps(results, indent=2))
-    del latencies
 
 
 def _plot(results: dict[str, dict[str, Any]], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot written", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     figure, axis = plt.subplots(figsize=(7, 4))
     kinds = sorted({name.split("@")[0] for name in results})

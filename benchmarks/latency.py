@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +21,9 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from semcache.testing.servers import SemcacheProcess, free_port
+from semcache.testing.servers import SemcacheProcess
+
+from ._common import pyplot, standin_process
 
 SUBJECTS = [
     "Python",
@@ -87,51 +88,33 @@ def timed_post(client: httpx.Client, url: str, prompt: str) -> tuple[float, http
 def run(requests: int, upstream_latency_ms: float) -> dict[str, Any]:
     prompts = [q.format(s) for s in SUBJECTS for q in QUESTIONS][:requests]
     paraphrases = [p.format(s) for s in SUBJECTS for p in PARAPHRASES][:requests]
-    upstream_port = free_port()
-    upstream = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "semcache.testing.standin_upstream",
-            "--port",
-            str(upstream_port),
-            "--latency-s",
-            str(upstream_latency_ms / 1000),
-            "--log-level",
-            "warning",
-        ]
-    )
-    upstream_url = f"http://127.0.0.1:{upstream_port}/v1"
     samples: dict[str, list[float]] = {"direct_upstream": [], "miss": [], "exact_hit": [], "semantic_hit": []}
     tiers_seen: dict[str, int] = {}
-    try:
-        with (
-            tempfile.TemporaryDirectory() as data,
-            SemcacheProcess(data_dir=Path(data), upstream_url=upstream_url) as service,
-            httpx.Client(timeout=60) as client,
-            Progress(transient=True) as progress,
-        ):
-            cache_url = f"{service.url}/v1/chat/completions"
-            for prompt in prompts[:5]:  # warm up both servers and the connection pool
-                timed_post(client, f"{upstream_url}/chat/completions", "warm-up " + prompt)
-                timed_post(client, cache_url, "warm-up " + prompt)
-            task = progress.add_task("measuring", total=len(prompts) * 4)
-            for prompt in prompts:
-                samples["direct_upstream"].append(timed_post(client, f"{upstream_url}/chat/completions", prompt)[0])
+    with (
+        standin_process(upstream_latency_ms / 1000) as upstream_url,
+        tempfile.TemporaryDirectory() as data,
+        SemcacheProcess(data_dir=Path(data), upstream_url=upstream_url) as service,
+        httpx.Client(timeout=60) as client,
+        Progress(transient=True) as progress,
+    ):
+        cache_url = f"{service.url}/v1/chat/completions"
+        for prompt in prompts[:5]:  # warm up both servers and the connection pool
+            timed_post(client, f"{upstream_url}/chat/completions", "warm-up " + prompt)
+            timed_post(client, cache_url, "warm-up " + prompt)
+        task = progress.add_task("measuring", total=len(prompts) * 4)
+        for prompt in prompts:
+            samples["direct_upstream"].append(timed_post(client, f"{upstream_url}/chat/completions", prompt)[0])
+            progress.advance(task)
+        for phase, batch in (("miss", prompts), ("exact_hit", prompts), ("semantic_hit", paraphrases)):
+            for prompt in batch:
+                elapsed, response = timed_post(client, cache_url, prompt)
+                outcome = response.headers.get("x-semcache-tier") or response.headers.get("x-semcache", "error")
+                tiers_seen[f"{phase}:{outcome}"] = tiers_seen.get(f"{phase}:{outcome}", 0) + 1
+                expected = {"miss": "miss", "exact_hit": "exact", "semantic_hit": "semantic"}[phase]
+                if outcome == expected:
+                    samples[phase].append(elapsed)
                 progress.advance(task)
-            for phase, batch in (("miss", prompts), ("exact_hit", prompts), ("semantic_hit", paraphrases)):
-                for prompt in batch:
-                    elapsed, response = timed_post(client, cache_url, prompt)
-                    outcome = response.headers.get("x-semcache-tier") or response.headers.get("x-semcache", "error")
-                    tiers_seen[f"{phase}:{outcome}"] = tiers_seen.get(f"{phase}:{outcome}", 0) + 1
-                    expected = {"miss": "miss", "exact_hit": "exact", "semantic_hit": "semantic"}[phase]
-                    if outcome == expected:
-                        samples[phase].append(elapsed)
-                    progress.advance(task)
-            stats = client.get(f"{service.url}/stats").json()
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
+        stats = client.get(f"{service.url}/stats").json()
     result: dict[str, Any] = {name: percentiles(values) for name, values in samples.items()}
     direct = result["direct_upstream"].get("p50_ms") or 1.0
     result["miss_overhead_ratio_p50"] = round(result["miss"].get("p50_ms", 0) / direct, 3)
@@ -143,13 +126,8 @@ def run(requests: int, upstream_latency_ms: float) -> dict[str, Any]:
 
 
 def plot(samples: dict[str, list[float]], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot written", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     figure, axis = plt.subplots(figsize=(8, 4.5))
     for name, values in samples.items():

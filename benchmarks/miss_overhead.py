@@ -14,8 +14,6 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +22,9 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from semcache.testing.servers import SemcacheProcess, free_port
+from semcache.testing.servers import SemcacheProcess
+
+from ._common import standin_process
 
 WORDS = (
     "apple river quantum violin harbor zebra copper lantern meadow orbit puzzle saddle tiger velvet walnut "
@@ -57,16 +57,10 @@ def timed(client: httpx.Client, url: str, prompt: str, stream: bool) -> tuple[fl
 
 
 def run(requests: int, upstream_latency_ms: float, chunk_delay_ms: float) -> dict[str, Any]:
-    port = free_port()
-    upstream = subprocess.Popen(
-        [sys.executable, "-m", "semcache.testing.standin_upstream", "--port", str(port),
-         "--latency-s", str(upstream_latency_ms / 1000), "--log-level", "warning"]
-    )  # fmt: skip
-    direct_url = f"http://127.0.0.1:{port}/v1"
     results: dict[str, Any] = {}
-    try:
-        wait_for_upstream(f"http://127.0.0.1:{port}")
-        httpx.post(f"http://127.0.0.1:{port}/_control", json={"chunk_delay_s": chunk_delay_ms / 1000})
+    with standin_process(upstream_latency_ms / 1000) as direct_url:
+        control = direct_url.removesuffix("/v1") + "/_control"
+        httpx.post(control, json={"chunk_delay_s": chunk_delay_ms / 1000}).raise_for_status()
         with (
             tempfile.TemporaryDirectory() as data,
             SemcacheProcess(data_dir=Path(data), upstream_url=direct_url) as service,
@@ -86,9 +80,6 @@ def run(requests: int, upstream_latency_ms: float, chunk_delay_ms: float) -> dic
                     cached.append(timed(client, cache_url, prompt, stream))
                     progress.advance(task, 2)
                 results[mode] = summarise(direct, cached)
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
     results["upstream_latency_ms"] = upstream_latency_ms
     results["chunk_delay_ms"] = chunk_delay_ms
     return results
@@ -109,17 +100,6 @@ def summarise(direct: list[tuple[float, float]], cached: list[tuple[float, float
         "total_ratio": round(total_cached / total_direct, 3),
         "added_total_p50_ms": round(total_cached - total_direct, 2),
     }
-
-
-def wait_for_upstream(root: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{root}/v1/models", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise TimeoutError("the stand-in upstream did not start")
 
 
 def main() -> None:
