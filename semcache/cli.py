@@ -151,6 +151,9 @@ def eval_trace(
     plot: Annotated[
         Path | None, typer.Option(help="Also replay at other thresholds and plot wrong hits against hits served.")
     ] = None,
+    feedback_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of wrong hits that simulated users report as wrong.")
+    ] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Replay a trace through the real lookup pipeline and count correct and wrong hits."""
@@ -171,7 +174,7 @@ def eval_trace(
         for value in thresholds:
             replay = evaluate_trace(
                 rows, embedder, policy.updated({"threshold": value}), verifier=verifier,
-                advance=lambda n: progress.advance(task, n),
+                advance=lambda n: progress.advance(task, n), feedback_rate=feedback_rate,
             )  # fmt: skip
             reports.append(asyncio.run(replay))
     if plot:

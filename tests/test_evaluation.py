@@ -68,3 +68,12 @@ def test_eval_reports_bad_files_without_a_traceback(tmp_path: Path) -> None:
     broken.write_text('{"q1": "a", "q2": "b"}\n')
     result = CliRunner().invoke(app, ["eval", "pairs", str(broken)])
     assert result.exit_code == 2 and "missing ['duplicate']" in result.output
+
+
+def test_eval_trace_simulated_feedback_teaches_the_cache(tmp_path: Path) -> None:
+    trace = sample(tmp_path, "trace_qqp_dev.jsonl", 400)
+    without = run("eval", "trace", str(trace), "--threshold", "0.8", "--guards", "none")
+    reported = run("eval", "trace", str(trace), "--threshold", "0.8", "--guards", "none", "--feedback-rate", "1")
+    assert without["reported_wrong"] == 0
+    assert reported["reported_wrong"] == reported["wrong_hits"] > 0
+    assert reported["wrong_hits"] <= without["wrong_hits"]

@@ -50,6 +50,7 @@ def trace_table(report: TraceReport) -> Table:
         ("share of possible hits served", f"{report.served_share:.1%} of {report.possible_hits}"),
         ("upstream calls", report.upstream_calls),
         ("extra upstream calls", f"{report.extra_upstream_calls} ({report.extra_upstream_share:.1%} of requests)"),
+        ("wrong hits reported by simulated users", report.reported_wrong),
     ]  # fmt: skip
     for name, value in rows:
         table.add_row(name, str(value))

@@ -6,6 +6,7 @@ exactly when it returns the answer of the prompt's own cluster.
 
 from __future__ import annotations
 
+import random
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -68,6 +69,7 @@ class TraceReport:
     extra_upstream_calls: int  # calls beyond the misses (verification), as a share of requests below
     extra_upstream_share: float
     seconds: float
+    reported_wrong: int = 0  # wrong hits that simulated users reported (--feedback-rate)
     wrong_examples: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -82,7 +84,10 @@ async def evaluate_trace(
     verifier: Verifier | None = None,
     advance: Callable[[int], None] | None = None,
     work_dir: Path | None = None,
+    feedback_rate: float = 0.0,
 ) -> TraceReport:
+    """Replay ``rows``; with ``feedback_rate``, that share of wrong hits is reported as wrong, so
+    the feedback mechanism (negative entries, learned per-entry thresholds) shows its effect."""
     started = time.monotonic()
     prompts = [str(r["prompt"]) for r in rows]
     cluster_of = {str(r["prompt"]): str(r["cluster"]) for r in rows}
@@ -99,7 +104,7 @@ async def evaluate_trace(
             decisions=DecisionLog(10),
         )  # fmt: skip
         try:
-            report = await _replay(pipeline, rows, upstream, advance)
+            report = await _replay(pipeline, rows, upstream, advance, feedback_rate)
         finally:
             pipeline.semantic.close()
             await batcher.close()
@@ -110,10 +115,15 @@ async def evaluate_trace(
 
 
 async def _replay(
-    pipeline: Pipeline, rows: list[dict[str, Any]], upstream: ClusterUpstream, advance: Callable[[int], None] | None
+    pipeline: Pipeline,
+    rows: list[dict[str, Any]],
+    upstream: ClusterUpstream,
+    advance: Callable[[int], None] | None,
+    feedback_rate: float,
 ) -> TraceReport:
     tiers = {"exact": 0, "template": 0, "semantic": 0}
-    correct = wrong = misses = 0
+    correct = wrong = misses = reported = 0
+    chance = random.Random(20240601)
     examples: list[dict[str, Any]] = []
     for row in rows:
         request = ChatCompletionRequest.model_validate(
@@ -131,6 +141,10 @@ async def _replay(
                 wrong += 1
                 examples.append({"prompt": row["prompt"], "matched": lookup.hit.matched_prompt,
                                  "similarity": lookup.hit.similarity, "tier": lookup.hit.tier})  # fmt: skip
+                if chance.random() < feedback_rate:  # a user notices and reports it
+                    served = pipeline.hit_response(lookup)
+                    await pipeline.feedback(served["id"], "eval", correct=False)
+                    reported += 1
         if advance is not None:
             advance(1)
     hits = correct + wrong
@@ -142,7 +156,7 @@ async def _replay(
         served_share=round(correct / possible, 4) if possible else 0.0, misses=misses,
         upstream_calls=upstream.calls, extra_upstream_calls=extra,
         extra_upstream_share=round(extra / len(rows), 4) if rows else 0.0, seconds=0.0,
-        wrong_examples=examples,
+        reported_wrong=reported, wrong_examples=examples,
     )  # fmt: skip
 
 
