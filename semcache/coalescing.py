@@ -41,8 +41,8 @@ class Flight:
     async def publish(self, chunk: dict[str, Any]) -> None:
         async with self._changed:
             self.chunks.append(chunk)
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
+            for choice in dicts_of(chunk.get("choices")):
+                delta = delta_of(choice)
                 if isinstance(delta.get("content"), str):
                     self.text += delta["content"]
                 self.finish_reason = choice.get("finish_reason") or self.finish_reason
@@ -55,7 +55,8 @@ class Flight:
                 self.text = text
             if response is not None:
                 choices = response.get("choices") or [{}]
-                self.finish_reason = choices[0].get("finish_reason")
+                first = choices[0] if isinstance(choices[0], dict) else {}
+                self.finish_reason = first.get("finish_reason")
             self.cacheable = cacheable
             self.done = True
             self._changed.notify_all()
@@ -128,3 +129,13 @@ class InFlight:
 
     def __len__(self) -> int:
         return len(self._by_exact)
+
+
+def dicts_of(items: object) -> list[dict[str, Any]]:
+    """The dicts of a list from the upstream, which is not trusted to be well-formed."""
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def delta_of(choice: dict[str, Any]) -> dict[str, Any]:
+    delta = choice.get("delta")
+    return delta if isinstance(delta, dict) else {}

@@ -71,6 +71,7 @@ class ScopedVectorIndex:
         self._ef_construction = hnsw_ef_construction
         self._max_tombstone_ratio = max_tombstone_ratio
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
         self._scope_of: dict[int, str] = {}
         self._rebuilds = 0
@@ -252,11 +253,12 @@ class ScopedVectorIndex:
                 arrays[f"t{number}"] = np.fromiter(partition.tombstones, dtype=np.int64)
                 manifest["partitions"].append({"scope": scope, "key": number, "kind": partition.kind})
             saved = len(self._scope_of)
-        temporary = folder / f".snapshot-{os.getpid()}.tmp.npz"
-        np.savez(temporary, manifest=np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8), **arrays)
-        with open(temporary, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temporary, folder / "snapshot.npz")
+        with self._save_lock:  # one writer at a time: a shutdown may meet a periodic snapshot
+            temporary = folder / f".snapshot-{os.getpid()}-{threading.get_ident()}.tmp.npz"
+            np.savez(temporary, manifest=np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8), **arrays)
+            with open(temporary, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temporary, folder / "snapshot.npz")
         return saved
 
     def load(self, folder: Path, *, embedding_model: str) -> bool:

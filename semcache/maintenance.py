@@ -35,7 +35,11 @@ async def restore_index(
         await _reembed_everything(store, embedder)
     await store.set_meta(_MODEL_META_KEY, model)
 
-    loaded = await asyncio.to_thread(index.load, snapshot_dir, embedding_model=model)
+    try:
+        loaded = await asyncio.to_thread(index.load, snapshot_dir, embedding_model=model)
+    except Exception:  # a damaged snapshot only costs time: the store has everything
+        log.exception("could not load the index snapshot; rebuilding the index from the store")
+        loaded = False
     stored = await store.ids_and_scopes()
     indexed = index.ids() if loaded else set()
     stale = [i for i in indexed if i not in stored]

@@ -8,6 +8,7 @@ is the server's job.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import guards as guard_checks
-from .coalescing import Flight, InFlight
+from .coalescing import Flight, InFlight, delta_of, dicts_of
 from .embedders import BatchingEmbedder
 from .entries import CacheEntry, NegativeFeedback
 from .errors import NotFound, SemcacheError, UpstreamUnavailable
@@ -30,6 +31,8 @@ from .stats import Stats
 from .tiers import ExactTier, Hit, SemanticTier, TemplateTier
 from .tokens import TokenCounter
 from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion_id, usage_chunk
+
+log = logging.getLogger("semcache.pipeline")
 
 # Streamed hits are replayed in pieces of about this many characters.
 _REPLAY_PIECE_CHARS = 24
@@ -224,9 +227,12 @@ class Pipeline:
             flight = self.inflight.get(lookup.key.exact)
             if flight is not None:
                 try:
-                    return self._followed_response(lookup, await flight.result())
-                except SemcacheError:
-                    continue  # the leader failed: try again, perhaps as the leader
+                    done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
+                except (SemcacheError, TimeoutError):
+                    continue  # the leader failed or stalled: try again, perhaps as the leader
+                followed = self._followed_response(lookup, done)
+                if followed is not None:
+                    return followed
             if not semantic_tried:
                 semantic_tried = True
                 if await self._wait_for_similar(lookup):
@@ -258,11 +264,13 @@ class Pipeline:
                     async for chunk in self._follow_stream(lookup, flight):
                         relayed += 1
                         yield chunk
-                    return
+                    if relayed:
+                        return
                 except SemcacheError:
                     if relayed:
                         raise  # bytes are out: the client sees the leader's failure
-                    continue
+                lookup.coalesced_tier, lookup.hit = None, None
+                continue
             if not semantic_tried:
                 semantic_tried = True
                 if await self._wait_for_similar(lookup):
@@ -285,12 +293,12 @@ class Pipeline:
             answer = _clean_answer(response)
             if answer is not None:
                 await self._store(lookup, answer)
-        except BaseException as exc:
             if flight is not None:
+                await flight.finish(response=response, text=answer, cacheable=answer is not None)
+        except BaseException as exc:
+            if flight is not None and not flight.done:
                 await flight.fail(_as_upstream_error(exc))
             raise
-        if flight is not None:
-            await flight.finish(response=response, text=answer, cacheable=answer is not None)
         return response
 
     async def _lead_stream(
@@ -305,34 +313,44 @@ class Pipeline:
                 yield chunk
             if answer.cacheable():
                 await self._store(lookup, answer.text())
-        except BaseException as exc:
             if flight is not None:
+                await flight.finish(response=None, text=None, cacheable=answer.cacheable())
+        except BaseException as exc:
+            if flight is not None and not flight.done:
                 await flight.fail(_as_upstream_error(exc))
             raise
-        if flight is not None:
-            await flight.finish(response=None, text=None, cacheable=answer.cacheable())
 
     async def _follow_stream(self, lookup: Lookup, flight: Flight) -> AsyncIterator[dict[str, Any]]:
-        lookup.coalesced_tier = "exact"
-        flight.followers += 1
-        self.stats.record_coalesced()
+        """The leader's answer as a stream; yields nothing when it cannot be shared in this mode."""
         if flight.streamed:
             async for chunk in flight.follow():
+                if lookup.coalesced_tier is None:
+                    self._mark_followed(lookup, flight)
                 yield chunk
             return
-        done = await flight.result()
+        done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
+        if not done.cacheable:
+            return  # tool calls or a cut answer: only the same mode may share it verbatim
+        self._mark_followed(lookup, flight)
         lookup.hit = Hit(tier="exact", answer=done.text, matched_prompt=flight.key.prompt)
-        async for chunk in self.hit_stream(lookup, finish_reason=done.finish_reason or "stop"):
+        async for chunk in self.hit_stream(lookup):
             yield chunk
 
-    def _followed_response(self, lookup: Lookup, flight: Flight) -> dict[str, Any]:
+    def _followed_response(self, lookup: Lookup, flight: Flight) -> dict[str, Any] | None:
+        """The leader's answer as one response, or None when it cannot be shared in this mode."""
+        if flight.response is not None:
+            self._mark_followed(lookup, flight)
+            return flight.response
+        if not flight.cacheable:
+            return None
+        self._mark_followed(lookup, flight)
+        lookup.hit = Hit(tier="exact", answer=flight.text, matched_prompt=flight.key.prompt)
+        return self.hit_response(lookup)
+
+    def _mark_followed(self, lookup: Lookup, flight: Flight) -> None:
         lookup.coalesced_tier = "exact"
         flight.followers += 1
         self.stats.record_coalesced()
-        if flight.response is not None:
-            return flight.response
-        lookup.hit = Hit(tier="exact", answer=flight.text, matched_prompt=flight.key.prompt)
-        return self.hit_response(lookup, finish_reason=flight.finish_reason or "stop")
 
     async def _wait_for_similar(self, lookup: Lookup) -> bool:
         """Wait for an in-flight request that a semantic hit could be served from; True if served."""
@@ -360,8 +378,21 @@ class Pipeline:
         return True
 
     async def _store(self, lookup: Lookup, answer: str) -> None:
+        """Store and index the answer as one job that a client going away cannot cut in half.
+
+        A failure to store is logged, not passed on: the client still gets its answer."""
         if lookup.key is None or not lookup.controls.store:
             return
+        job = asyncio.ensure_future(self._store_and_index(lookup, answer))
+        try:
+            await asyncio.shield(job)
+        except asyncio.CancelledError:
+            raise  # the job goes on; the sweep and restarts see a consistent store either way
+        except Exception:
+            log.exception("could not store an answer; it was served but not cached")
+
+    async def _store_and_index(self, lookup: Lookup, answer: str) -> None:
+        assert lookup.key is not None
         key = lookup.key
         vector = lookup.vector if lookup.vector is not None else await self.embedder.embed(key.prompt)
         now = self.clock()
@@ -396,11 +427,13 @@ class _StreamedAnswer:
         self.tool_calls = False
 
     def add(self, chunk: dict[str, Any]) -> None:
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
+        for choice in dicts_of(chunk.get("choices")):
+            delta = delta_of(choice)
             if isinstance(delta.get("content"), str):
                 self.pieces.append(delta["content"])
-            self.tool_calls = self.tool_calls or bool(delta.get("tool_calls") or delta.get("function_call"))
+            self.tool_calls = self.tool_calls or bool(
+                delta.get("tool_calls") or delta.get("function_call") or delta.get("refusal")
+            )
             if choice.get("finish_reason"):
                 self.finish_reasons.append(choice["finish_reason"])
 
@@ -408,7 +441,7 @@ class _StreamedAnswer:
         return "".join(self.pieces)
 
     def cacheable(self) -> bool:
-        return self.finish_reasons == ["stop"] and not self.tool_calls and bool(self.pieces)
+        return self.finish_reasons == ["stop"] and not self.tool_calls and bool(self.text())
 
 
 def _as_upstream_error(exc: BaseException) -> SemcacheError:

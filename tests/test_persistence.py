@@ -82,3 +82,13 @@ def test_kill_9_during_writes_loses_no_acknowledged_entry(tmp_path: Path, upstre
         stats = httpx.get(f"{restarted.url}/stats").json()
         assert stats["index"]["entries"] == stats["entries"]  # store and index agree after the crash
     assert upstream.chat_calls() == calls_before
+
+
+def test_a_damaged_snapshot_is_rebuilt_from_the_store(tmp_path: Path, upstream: StandinUpstream) -> None:
+    data = tmp_path / "data"
+    with SemcacheProcess(data_dir=data, upstream_url=upstream.base_url) as service:
+        _chat(service.url, "How do I bake sourdough bread?")
+    (data / "faiss" / "snapshot.npz").write_bytes(b"not a snapshot")
+    with SemcacheProcess(data_dir=data, upstream_url=upstream.base_url) as service:
+        assert httpx.get(f"{service.url}/stats").json()["index"]["entries"] == 1
+        assert _chat(service.url, "How do you bake sourdough bread?").headers["x-semcache-tier"] == "semantic"

@@ -247,3 +247,19 @@ def test_an_over_long_prompt_is_a_clear_400_or_trimmed_when_configured(
     assert ask(trimming, "", messages=long_history)[0] == f"Answer to: {QUESTION}"
     sent = upstream.calls[-1]["json"]["messages"]
     assert [m["role"] for m in sent] == ["system", "user"] and sent[-1]["content"] == QUESTION
+
+
+async def test_a_tool_call_answer_is_never_rebuilt_for_a_follower_in_the_other_mode(
+    service: str, upstream: StandinUpstream
+) -> None:
+    upstream.set_fault(tool_calls=True, latency_s=0.5)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    request = {**body(QUESTION), "tools": tools}
+    async with httpx.AsyncClient(timeout=30) as client:
+        streamed = asyncio.create_task(client.post(f"{service}/v1/chat/completions", json={**request, "stream": True}))
+        await asyncio.sleep(0.2)
+        plain = await client.post(f"{service}/v1/chat/completions", json=request)
+        await streamed
+    message = plain.json()["choices"][0]["message"]
+    assert message["tool_calls"] and plain.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert plain.headers["x-semcache"] == "miss" and upstream.chat_calls() == 2

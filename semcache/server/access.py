@@ -71,4 +71,4 @@ def _bearer_token(authorization: str | None) -> str | None:
 
 
 def _valid(namespace: object) -> bool:
-    return isinstance(namespace, str) and bool(_NAMESPACE.match(namespace))
+    return isinstance(namespace, str) and bool(_NAMESPACE.fullmatch(namespace))

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ..errors import InvalidRequest, NotReady, SemcacheError
+from ..errors import InvalidRequest, NotReady, SemcacheError, openai_error_body
 from ..pipeline import Lookup, Pipeline, RequestControls
 from ..wire import ChatCompletionRequest
 from .errors import error_response
@@ -167,6 +167,10 @@ async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, An
         # Headers are gone already: report in-band, as OpenAI does, and never send [DONE].
         log.warning("stream ended early: %s", error.message)
         yield _event(error.to_openai())
+        return
+    except Exception:
+        log.exception("stream failed")
+        yield _event(openai_error_body("internal error", "server_error", "internal_error"))
         return
     yield "data: [DONE]\n\n"
 

@@ -51,8 +51,9 @@ class RemoteUpstream:
             answer = response.json()
         except ValueError as exc:
             raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
-        if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
-            raise UpstreamUnavailable("the upstream sent a response without choices")
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        if not isinstance(choices, list) or not all(isinstance(choice, dict) for choice in choices):
+            raise UpstreamUnavailable("the upstream sent a response without well-formed choices")
         return answer
 
     async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
@@ -68,6 +69,8 @@ class RemoteUpstream:
                 _raise_for_status(response.status_code, await response.aread(), response.headers)
             async for chunk in _parse_sse(response):
                 yield chunk
+        except httpx.TimeoutException as exc:
+            raise UpstreamUnavailable("the upstream stopped sending mid-stream", status_code=504) from exc
         except httpx.HTTPError as exc:
             raise UpstreamUnavailable("the upstream stream broke off") from exc
         finally:

@@ -77,6 +77,10 @@ class CircuitBreaker:
             headers={"Retry-After": str(wait)},
         )  # fmt: skip
 
+    def release_probe(self) -> None:
+        """A probe that ended without a verdict (cancelled): the next call may probe again."""
+        self._probing = False
+
     def record_success(self) -> None:
         self._failures = 0
         self._opened_at = None
@@ -212,6 +216,10 @@ class ResilientUpstream:
                 await self._sleep(delay)
                 continue
             except SemcacheError:
+                self.breaker.record_success()  # refused before reaching the upstream: says nothing of it
+                raise
+            except BaseException:
+                self.breaker.release_probe()  # cancelled or broken mid-call: let the next call probe
                 raise
             self.breaker.record_success()
             return result

@@ -1,0 +1,115 @@
+"""ResilientUpstream and CircuitBreaker against a small fake upstream (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from semcache.errors import InvalidRequest, UpstreamError, UpstreamUnavailable
+from semcache.upstreams.resilience import CircuitBreaker, ResilientUpstream, RetryPolicy
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeUpstream:
+    """Answers with whatever ``behaviour`` says: an exception to raise, 'hang', or an answer."""
+
+    def __init__(self) -> None:
+        self.behaviour: Any = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
+        self.calls = 0
+
+    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        self.calls += 1
+        if self.behaviour == "hang":
+            await asyncio.sleep(3600)
+        if isinstance(self.behaviour, BaseException):
+            raise self.behaviour
+        return dict(self.behaviour)
+
+    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
+        yield await self.complete(body, headers)
+
+    async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
+        return {"data": []}
+
+    async def close(self) -> None:
+        return None
+
+
+def resilient(inner: FakeUpstream, clock: Clock, **retry: Any) -> ResilientUpstream:
+    async def no_sleep(_: float) -> None:
+        return None
+
+    return ResilientUpstream(
+        inner, retry=RetryPolicy(**{"max_attempts": 1, **retry}),
+        breaker=CircuitBreaker(failure_threshold=2, reset_after_s=10, clock=clock), sleep=no_sleep,
+    )  # fmt: skip
+
+
+async def open_breaker(upstream: ResilientUpstream, inner: FakeUpstream) -> None:
+    inner.behaviour = UpstreamUnavailable("down")
+    for _ in range(2):
+        with pytest.raises(UpstreamUnavailable):
+            await upstream.complete({}, {})
+    assert upstream.breaker.state == "open"
+
+
+async def test_a_cancelled_probe_does_not_keep_the_circuit_open_forever() -> None:
+    clock, inner = Clock(), FakeUpstream()
+    upstream = resilient(inner, clock)
+    await open_breaker(upstream, inner)
+    clock.now = 11  # half-open: one probe may pass
+    inner.behaviour = "hang"
+    probe = asyncio.create_task(upstream.complete({}, {}))
+    await asyncio.sleep(0.01)
+    probe.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probe
+    inner.behaviour = {"choices": []}
+    assert await upstream.complete({}, {}) == {"choices": []}  # the next call probed, and closed it
+    assert upstream.breaker.state == "closed"
+
+
+async def test_a_probe_refused_before_the_upstream_does_not_wedge_the_breaker() -> None:
+    clock, inner = Clock(), FakeUpstream()
+    upstream = resilient(inner, clock)
+    await open_breaker(upstream, inner)
+    clock.now = 11
+    inner.behaviour = InvalidRequest("tools are not supported here")
+    with pytest.raises(InvalidRequest):
+        await upstream.complete({}, {})
+    inner.behaviour = {"choices": []}
+    assert await upstream.complete({}, {}) == {"choices": []}
+
+
+async def test_an_open_circuit_fails_fast_with_retry_after() -> None:
+    clock, inner = Clock(), FakeUpstream()
+    upstream = resilient(inner, clock)
+    await open_breaker(upstream, inner)
+    calls = inner.calls
+    with pytest.raises(UpstreamError) as caught:
+        await upstream.complete({}, {})
+    assert caught.value.code == "circuit_open" and caught.value.headers["Retry-After"] == "10"
+    assert inner.calls == calls
+
+
+async def test_retries_stop_at_the_attempt_bound_and_client_errors_are_not_retried() -> None:
+    clock, inner = Clock(), FakeUpstream()
+    upstream = resilient(inner, clock, max_attempts=3)
+    upstream.breaker.failure_threshold = 100
+    inner.behaviour = UpstreamError("busy", status_code=503)
+    with pytest.raises(UpstreamError):
+        await upstream.complete({}, {})
+    assert inner.calls == 3
+    inner.behaviour = UpstreamError("bad request", status_code=400)
+    with pytest.raises(UpstreamError):
+        await upstream.complete({}, {})
+    assert inner.calls == 4
