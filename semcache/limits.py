@@ -63,6 +63,8 @@ def fit_context(
         if oldest is None:
             break
         del messages[oldest]
+        while oldest < len(messages) - 1 and messages[oldest].role == "tool":
+            del messages[oldest]  # tool results go with the assistant turn that called the tools
         count = tokens.count_messages([m.model_dump(exclude_none=True) for m in messages], request.model)
     if count > limit:
         raise InvalidRequest(

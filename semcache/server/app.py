@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI
@@ -131,6 +131,7 @@ def _resilient(inner: Upstream, settings: Settings, *, max_attempts: int) -> Res
 async def _load(state: AppState, embedder: Embedder | None, templates: TemplateTier) -> None:
     """Load the model, open the store and restore the index; /healthz turns 200 once done."""
     settings = state.settings
+    cleanup = AsyncExitStack()  # closes what was opened if loading stops half-way
     try:
         if state.upstream is None:
             state.upstream = await asyncio.to_thread(_local_upstream, settings)
@@ -146,7 +147,9 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             max_wait_s=settings.embed_batch_wait_ms / 1000,
             on_batch=state.stats.record_embed_batch,
         )
+        cleanup.push_async_callback(batcher.close)
         store = SQLiteStore(settings.data_dir / "entries.sqlite3")
+        cleanup.push_async_callback(store.close)
         await store.open()
         index = ScopedVectorIndex(model.dimension, hnsw_min_entries=settings.hnsw_min_entries)
         await restore_index(store, index, batcher, settings.data_dir / "faiss")
@@ -184,10 +187,13 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         )
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
         state.pipeline = pipeline
+        cleanup.pop_all()  # from here on, _shutdown closes them
         log.info("semcache is ready: %d entries", len(index))
     except asyncio.CancelledError:
+        await cleanup.aclose()
         raise
     except Exception as exc:
+        await cleanup.aclose()
         state.load_error = f"{type(exc).__name__}: {exc}"
         log.exception("semcache failed to load")
 
