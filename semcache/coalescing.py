@@ -42,7 +42,7 @@ class Flight:
         async with self._changed:
             self.chunks.append(chunk)
             for choice in dicts_of(chunk.get("choices")):
-                delta = delta_of(choice)
+                delta = dict_field(choice, "delta")
                 if isinstance(delta.get("content"), str):
                     self.text += delta["content"]
                 self.finish_reason = choice.get("finish_reason") or self.finish_reason
@@ -136,6 +136,7 @@ def dicts_of(items: object) -> list[dict[str, Any]]:
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
 
-def delta_of(choice: dict[str, Any]) -> dict[str, Any]:
-    delta = choice.get("delta")
-    return delta if isinstance(delta, dict) else {}
+def dict_field(item: dict[str, Any], name: str) -> dict[str, Any]:
+    """``item[name]`` when it is a dict, else an empty one: upstream JSON is not trusted."""
+    value = item.get(name)
+    return value if isinstance(value, dict) else {}

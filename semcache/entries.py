@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,8 @@ class CacheEntry:
     id: int | None = None
     # Learned from feedback: this entry is served only at or above this cosine, if set.
     min_similarity: float | None = None
+    # An answer that calls tools (cache_tool_calls): the assistant's tool_calls, served on exact matches only.
+    tool_calls: list[dict[str, Any]] | None = None
 
     def is_expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now

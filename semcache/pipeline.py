@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import guards as guard_checks
-from .coalescing import Flight, InFlight, delta_of, dicts_of
+from .coalescing import Flight, InFlight, dict_field, dicts_of
 from .embedders import BatchingEmbedder
 from .entries import CacheEntry, NegativeFeedback
 from .errors import NotFound, SemcacheError, UpstreamUnavailable
@@ -95,6 +95,7 @@ class Pipeline:
     standalone_max_context_similarity: float = 0.35
     context_limits: dict[str, int] = field(default_factory=dict)  # most prompt tokens per model
     trim_oldest_turns: bool = False
+    cache_tool_calls: bool = False  # store answers that call tools; served on exact matches only
     coalesce: bool = True
     coalesce_wait_s: float = 30.0  # longest a semantic match waits for a similar request in flight
     clock: Callable[[], float] = time.time
@@ -159,9 +160,10 @@ class Pipeline:
     def hit_response(self, lookup: Lookup, finish_reason: str = "stop") -> dict[str, Any]:
         assert lookup.hit is not None
         request = lookup.request
+        calls = lookup.hit.tool_calls
         return chat_completion(
             response_id=self._served_id(lookup), model=request.model, content=lookup.hit.answer,
-            usage=self._usage(lookup), finish_reason=finish_reason,
+            usage=self._usage(lookup), finish_reason="tool_calls" if calls else finish_reason, tool_calls=calls,
         )  # fmt: skip
 
     async def hit_stream(self, lookup: Lookup, finish_reason: str = "stop") -> AsyncIterator[dict[str, Any]]:
@@ -174,6 +176,10 @@ class Pipeline:
         for start in range(0, len(answer), _REPLAY_PIECE_CHARS):
             piece = answer[start : start + _REPLAY_PIECE_CHARS]
             yield chat_chunk(response_id=response_id, model=model, created=created, delta={"content": piece})
+        if lookup.hit.tool_calls:
+            calls = [{"index": n, **call} for n, call in enumerate(lookup.hit.tool_calls)]
+            yield chat_chunk(response_id=response_id, model=model, created=created, delta={"tool_calls": calls})
+            finish_reason = "tool_calls"
         yield chat_chunk(response_id=response_id, model=model, created=created, delta={}, finish_reason=finish_reason)
         if lookup.request.include_usage_in_stream():
             yield usage_chunk(response_id=response_id, model=model, created=created, usage=self._usage(lookup))
@@ -293,6 +299,8 @@ class Pipeline:
             answer = _clean_answer(response)
             if answer is not None:
                 await self._store(lookup, answer)
+            elif self.cache_tool_calls and (calls := _tool_call_answer(response)) is not None:
+                await self._store(lookup, _message_text(response), tool_calls=calls)
             if flight is not None:
                 await flight.finish(response=response, text=answer, cacheable=answer is not None)
         except BaseException as exc:
@@ -313,6 +321,8 @@ class Pipeline:
                 yield chunk
             if answer.cacheable():
                 await self._store(lookup, answer.text())
+            elif self.cache_tool_calls and (calls := answer.tool_call_answer()) is not None:
+                await self._store(lookup, answer.text(), tool_calls=calls)
             if flight is not None:
                 await flight.finish(response=None, text=None, cacheable=answer.cacheable())
         except BaseException as exc:
@@ -377,13 +387,13 @@ class Pipeline:
         self.stats.record_coalesced()
         return True
 
-    async def _store(self, lookup: Lookup, answer: str) -> None:
+    async def _store(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None = None) -> None:
         """Store and index the answer as one job that a client going away cannot cut in half.
 
         A failure to store is logged, not passed on: the client still gets its answer."""
         if lookup.key is None or not lookup.controls.store:
             return
-        job = asyncio.ensure_future(self._store_and_index(lookup, answer))
+        job = asyncio.ensure_future(self._store_and_index(lookup, answer, tool_calls))
         try:
             await asyncio.shield(job)
         except asyncio.CancelledError:
@@ -391,7 +401,7 @@ class Pipeline:
         except Exception:
             log.exception("could not store an answer; it was served but not cached")
 
-    async def _store_and_index(self, lookup: Lookup, answer: str) -> None:
+    async def _store_and_index(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None) -> None:
         assert lookup.key is not None
         key = lookup.key
         vector = lookup.vector if lookup.vector is not None else await self.embedder.embed(key.prompt)
@@ -408,6 +418,7 @@ class Pipeline:
             expires_at=now + ttl if ttl > 0 else None,
             vector=vector,
             last_access=now,
+            tool_calls=tool_calls,
         )
         entry_id, replaced = await self.store.put(entry)
         await asyncio.to_thread(self._index_entry, key.scope, entry_id, vector, [r.id for r in replaced])
@@ -424,18 +435,38 @@ class _StreamedAnswer:
     def __init__(self) -> None:
         self.pieces: list[str] = []
         self.finish_reasons: list[str] = []
-        self.tool_calls = False
+        self.tool_calls = False  # anything but plain text: tool or function calls, a refusal
+        self.other = False  # a function call or a refusal: never cached
+        self.calls: dict[int, dict[str, Any]] = {}  # tool calls assembled from their deltas
 
     def add(self, chunk: dict[str, Any]) -> None:
         for choice in dicts_of(chunk.get("choices")):
-            delta = delta_of(choice)
+            delta = dict_field(choice, "delta")
             if isinstance(delta.get("content"), str):
                 self.pieces.append(delta["content"])
-            self.tool_calls = self.tool_calls or bool(
-                delta.get("tool_calls") or delta.get("function_call") or delta.get("refusal")
-            )
+            self.other = self.other or bool(delta.get("function_call") or delta.get("refusal"))
+            self.tool_calls = self.tool_calls or self.other or bool(delta.get("tool_calls"))
+            for piece in dicts_of(delta.get("tool_calls")):
+                self._merge_call(piece)
             if choice.get("finish_reason"):
                 self.finish_reasons.append(choice["finish_reason"])
+
+    def _merge_call(self, piece: dict[str, Any]) -> None:
+        call = self.calls.setdefault(int(piece.get("index") or 0), {"function": {"name": "", "arguments": ""}})
+        for field_name in ("id", "type"):
+            if piece.get(field_name):
+                call[field_name] = piece[field_name]
+        function = dict_field(piece, "function")
+        for part in ("name", "arguments"):
+            if isinstance(function.get(part), str):
+                call["function"][part] += function[part]
+
+    def tool_call_answer(self) -> list[dict[str, Any]] | None:
+        """The tool calls, when the stream ended cleanly with nothing but them (and maybe text)."""
+        if self.finish_reasons != ["tool_calls"] or self.other or not self.calls:
+            return None
+        calls = [self.calls[index] for index in sorted(self.calls)]
+        return calls if all(c.get("id") and c["function"]["name"] for c in calls) else None
 
     def text(self) -> str:
         return "".join(self.pieces)
@@ -448,6 +479,24 @@ def _as_upstream_error(exc: BaseException) -> SemcacheError:
     if isinstance(exc, SemcacheError):
         return exc
     return UpstreamUnavailable("the request leading this answer ended before it finished")
+
+
+def _tool_call_answer(response: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The tool calls of a completion that ended cleanly with them, or None."""
+    choices = dicts_of(response.get("choices"))
+    if len(choices) != 1 or choices[0].get("finish_reason") != "tool_calls":
+        return None
+    message = dict_field(choices[0], "message")
+    calls = dicts_of(message.get("tool_calls"))
+    if not calls or message.get("refusal") or message.get("function_call"):
+        return None
+    return calls if all(isinstance(c.get("function"), dict) and c.get("id") for c in calls) else None
+
+
+def _message_text(response: dict[str, Any]) -> str:
+    choices = dicts_of(response.get("choices"))
+    content = dict_field(choices[0], "message").get("content") if choices else None
+    return content if isinstance(content, str) else ""
 
 
 def _clean_answer(response: dict[str, Any]) -> str | None:

@@ -89,6 +89,9 @@ class Settings(BaseSettings):
         0.0, ge=0.0, le=1.0, description="Candidates under this cosine also need the verifier's approval."
     )
     verifier_min_score: float = Field(0.5, ge=0.0, le=1.0, description="Lowest verifier score that approves a hit.")
+    cache_tool_calls: bool = Field(
+        False, description="Store answers that call tools; they are served on exact matches only."
+    )
     multi_turn: Literal["standalone", "strict"] = Field(
         "standalone",
         description="'standalone': a follow-up that reads on its own and is off its conversation's topic may hit "

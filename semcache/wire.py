@@ -58,8 +58,17 @@ def completion_id() -> str:
 
 
 def chat_completion(
-    *, response_id: str, model: str, content: str, usage: dict[str, int], finish_reason: str = "stop"
+    *,
+    response_id: str,
+    model: str,
+    content: str,
+    usage: dict[str, int],
+    finish_reason: str = "stop",
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if tool_calls:
+        message.update(content=content or None, tool_calls=tool_calls)
     return {
         "id": response_id,
         "object": "chat.completion",
@@ -69,7 +78,7 @@ def chat_completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }

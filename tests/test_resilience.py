@@ -263,3 +263,41 @@ async def test_a_tool_call_answer_is_never_rebuilt_for_a_follower_in_the_other_m
     message = plain.json()["choices"][0]["message"]
     assert message["tool_calls"] and plain.json()["choices"][0]["finish_reason"] == "tool_calls"
     assert plain.headers["x-semcache"] == "miss" and upstream.chat_calls() == 2
+
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+
+
+def test_tool_call_answers_are_not_cached_by_default(client: openai.OpenAI, upstream: StandinUpstream) -> None:
+    upstream.set_fault(tool_calls=True)
+    ask_tools = {"model": "test-model", "messages": [{"role": "user", "content": QUESTION}], "tools": TOOLS}
+    client.chat.completions.create(**ask_tools)
+    again = client.chat.completions.with_raw_response.create(**ask_tools)
+    assert again.headers["x-semcache"] == "miss" and upstream.chat_calls() == 2
+
+
+def test_tool_call_answers_are_cached_when_configured_and_served_on_exact_matches_only(
+    serve: Callable[..., str], make_client, upstream: StandinUpstream
+) -> None:
+    client = make_client(serve(cache_tool_calls=True))
+    upstream.set_fault(tool_calls=True)
+    ask_tools = {"model": "test-model", "messages": [{"role": "user", "content": QUESTION}], "tools": TOOLS}
+    first = client.chat.completions.create(**ask_tools, stream=True)
+    calls: dict[int, dict] = {}
+    for chunk in first:
+        for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            entry = calls.setdefault(call.index, {"id": call.id, "name": "", "arguments": ""})
+            entry["name"] += call.function.name or ""
+            entry["arguments"] += call.function.arguments or ""
+    hit = client.chat.completions.with_raw_response.create(**ask_tools)
+    assert hit.headers["x-semcache-tier"] == "exact"
+    message = hit.parse().choices[0].message
+    assert hit.parse().choices[0].finish_reason == "tool_calls"
+    assert [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls] == [
+        (calls[0]["id"], calls[0]["name"], calls[0]["arguments"])
+    ]
+    streamed_hit = list(client.chat.completions.create(**ask_tools, stream=True))
+    assert streamed_hit[-1].choices[0].finish_reason == "tool_calls"
+    paraphrased = {**ask_tools, "messages": [{"role": "user", "content": PARAPHRASE}]}
+    assert client.chat.completions.with_raw_response.create(**paraphrased).headers["x-semcache"] == "miss"
+    assert upstream.chat_calls() == 2

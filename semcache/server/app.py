@@ -169,6 +169,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             max_temperature=settings.max_temperature,
             verifier=await asyncio.to_thread(load_verifier, settings),
             multi_turn=settings.multi_turn,
+            cache_tool_calls=settings.cache_tool_calls,
             context_limits=settings.context_limits,
             trim_oldest_turns=settings.trim_oldest_turns,
             standalone_max_context_similarity=settings.standalone_max_context_similarity,

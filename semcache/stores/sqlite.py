@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 _COLUMNS = (
     "id, namespace, scope, exact_key, model, prompt, answer, created_at, expires_at, last_access, hits, vector, "
-    "min_similarity"
+    "min_similarity, tool_calls"
 )
 
 
@@ -67,7 +67,15 @@ def _m002_feedback_and_namespace_config(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE namespace_config (namespace TEXT PRIMARY KEY, config TEXT NOT NULL)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m001_entries, _m002_feedback_and_namespace_config]
+def _m003_tool_call_answers(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE entries ADD COLUMN tool_calls TEXT")  # JSON, for cached tool-call answers
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _m001_entries,
+    _m002_feedback_and_namespace_config,
+    _m003_tool_call_answers,
+]
 
 
 @contextmanager
@@ -142,7 +150,7 @@ class SQLiteStore:
                 )
             ]
             cursor = self.db.execute(
-                f"INSERT INTO entries ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO entries ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     entry.namespace,
                     entry.scope,
@@ -156,6 +164,7 @@ class SQLiteStore:
                     entry.hits,
                     vector,
                     entry.min_similarity,
+                    None if entry.tool_calls is None else json.dumps(entry.tool_calls),
                 ),
             )
         entry_id = cursor.lastrowid
@@ -342,6 +351,7 @@ def _entry_from_row(row: tuple[Any, ...]) -> CacheEntry:
         hits,
         vector,
         min_similarity,
+        tool_calls,
     ) = row
     return CacheEntry(
         id=entry_id,
@@ -357,4 +367,5 @@ def _entry_from_row(row: tuple[Any, ...]) -> CacheEntry:
         hits=hits,
         vector=None if vector is None else np.frombuffer(vector, dtype=np.float32),
         min_similarity=min_similarity,
+        tool_calls=None if tool_calls is None else json.loads(tool_calls),
     )

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 TierName = Literal["exact", "template", "semantic"]
 
@@ -13,3 +13,4 @@ class Hit:
     matched_prompt: str
     entry_id: int | None = None  # None for templates
     similarity: float | None = None  # cosine, set on semantic and template matches
+    tool_calls: list[dict[str, Any]] | None = None  # a cached tool-call answer

@@ -15,4 +15,7 @@ class ExactTier:
         entry = await self._store.get_by_exact_key(key.exact)
         if entry is None or entry.is_expired(now):
             return None
-        return Hit(tier="exact", answer=entry.answer, matched_prompt=entry.prompt, entry_id=entry.id)
+        return Hit(
+            tier="exact", answer=entry.answer, matched_prompt=entry.prompt, entry_id=entry.id,
+            tool_calls=entry.tool_calls,
+        )  # fmt: skip

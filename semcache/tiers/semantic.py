@@ -95,6 +95,8 @@ class SemanticTier:
         similarity: float,
         decision: Decision,
     ) -> str | None:
+        if entry.tool_calls is not None:
+            return "tool calls are served on exact matches only"
         if entry.min_similarity is not None and similarity < entry.min_similarity:
             return "below the entry's learned threshold"
         if self._reported_wrong(entry, key, vector):
