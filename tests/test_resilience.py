@@ -301,3 +301,18 @@ def test_tool_call_answers_are_cached_when_configured_and_served_on_exact_matche
     paraphrased = {**ask_tools, "messages": [{"role": "user", "content": PARAPHRASE}]}
     assert client.chat.completions.with_raw_response.create(**paraphrased).headers["x-semcache"] == "miss"
     assert upstream.chat_calls() == 2
+
+
+async def test_a_client_that_leaves_releases_its_upstream_slot(
+    serve: Callable[..., str], upstream: StandinUpstream
+) -> None:
+    url = serve(upstream_max_concurrent=1, upstream_max_queued=0)
+    upstream.set_fault(chunk_delay_s=0.5, times=1)
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body(QUESTION, True)) as response:
+            async for line in response.aiter_lines():
+                if '"content":"' in line:
+                    break  # leave while the upstream is still streaming
+        await asyncio.sleep(0.3)
+        after = await client.post(f"{url}/v1/chat/completions", json=body("Who painted the Mona Lisa?"))
+    assert after.status_code == 200  # the slot was free again, not a 429

@@ -172,6 +172,12 @@ async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, An
         log.exception("stream failed")
         yield _event(openai_error_body("internal error", "server_error", "internal_error"))
         return
+    finally:
+        # Close the chain now, not when the garbage collector gets to it: a client that went away
+        # must release its upstream call, its concurrency slot and any flight it leads at once.
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
     yield "data: [DONE]\n\n"
 
 
