@@ -30,8 +30,7 @@ class Flight:
     streamed: bool
     chunks: list[dict[str, Any]] = field(default_factory=list)
     response: dict[str, Any] | None = None  # the leader's whole answer, when it did not stream
-    text: str = ""  # the answer so far
-    finish_reason: str | None = None
+    text: str = ""  # the answer's text, set at the end when it is cacheable
     cacheable: bool = False  # set at the end: the answer completed cleanly
     error: SemcacheError | None = None
     done: bool = False
@@ -41,22 +40,12 @@ class Flight:
     async def publish(self, chunk: dict[str, Any]) -> None:
         async with self._changed:
             self.chunks.append(chunk)
-            for choice in dicts_of(chunk.get("choices")):
-                delta = dict_field(choice, "delta")
-                if isinstance(delta.get("content"), str):
-                    self.text += delta["content"]
-                self.finish_reason = choice.get("finish_reason") or self.finish_reason
             self._changed.notify_all()
 
-    async def finish(self, *, response: dict[str, Any] | None, text: str | None, cacheable: bool) -> None:
+    async def finish(self, *, response: dict[str, Any] | None, text: str, cacheable: bool) -> None:
         async with self._changed:
             self.response = response
-            if text is not None:
-                self.text = text
-            if response is not None:
-                choices = response.get("choices") or [{}]
-                first = choices[0] if isinstance(choices[0], dict) else {}
-                self.finish_reason = first.get("finish_reason")
+            self.text = text
             self.cacheable = cacheable
             self.done = True
             self._changed.notify_all()
@@ -129,14 +118,3 @@ class InFlight:
 
     def __len__(self) -> int:
         return len(self._by_exact)
-
-
-def dicts_of(items: object) -> list[dict[str, Any]]:
-    """The dicts of a list from the upstream, which is not trusted to be well-formed."""
-    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-
-
-def dict_field(item: dict[str, Any], name: str) -> dict[str, Any]:
-    """``item[name]`` when it is a dict, else an empty one: upstream JSON is not trusted."""
-    value = item.get(name)
-    return value if isinstance(value, dict) else {}

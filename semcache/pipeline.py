@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import guards as guard_checks
-from .coalescing import Flight, InFlight, dict_field, dicts_of
+from .coalescing import Flight, InFlight
 from .embedders import BatchingEmbedder
 from .entries import CacheEntry, NegativeFeedback
 from .errors import NotFound, SemcacheError, UpstreamUnavailable
@@ -157,19 +157,19 @@ class Pipeline:
 
     # -- hits --------------------------------------------------------------------------------
 
-    def hit_response(self, lookup: Lookup, finish_reason: str = "stop") -> dict[str, Any]:
+    def hit_response(self, lookup: Lookup) -> dict[str, Any]:
         assert lookup.hit is not None
         request = lookup.request
         calls = lookup.hit.tool_calls
         return chat_completion(
             response_id=self._served_id(lookup), model=request.model, content=lookup.hit.answer,
-            usage=self._usage(lookup), finish_reason="tool_calls" if calls else finish_reason, tool_calls=calls,
+            usage=self._usage(lookup), finish_reason="tool_calls" if calls else "stop", tool_calls=calls,
         )  # fmt: skip
 
-    async def hit_stream(self, lookup: Lookup, finish_reason: str = "stop") -> AsyncIterator[dict[str, Any]]:
+    async def hit_stream(self, lookup: Lookup) -> AsyncIterator[dict[str, Any]]:
         assert lookup.hit is not None
         response_id, model, created = self._served_id(lookup), lookup.request.model, int(time.time())
-        answer = lookup.hit.answer
+        answer, finish_reason = lookup.hit.answer, "stop"
         yield chat_chunk(
             response_id=response_id, model=model, created=created, delta={"role": "assistant", "content": ""}
         )
@@ -302,7 +302,7 @@ class Pipeline:
             elif self.cache_tool_calls and (calls := _tool_call_answer(response)) is not None:
                 await self._store(lookup, _message_text(response), tool_calls=calls)
             if flight is not None:
-                await flight.finish(response=response, text=answer, cacheable=answer is not None)
+                await flight.finish(response=response, text=answer or "", cacheable=answer is not None)
         except BaseException as exc:
             if flight is not None and not flight.done:
                 await flight.fail(_as_upstream_error(exc))
@@ -324,7 +324,7 @@ class Pipeline:
             elif self.cache_tool_calls and (calls := answer.tool_call_answer()) is not None:
                 await self._store(lookup, answer.text(), tool_calls=calls)
             if flight is not None:
-                await flight.finish(response=None, text=None, cacheable=answer.cacheable())
+                await flight.finish(response=None, text=answer.text(), cacheable=answer.cacheable())
         except BaseException as exc:
             if flight is not None and not flight.done:
                 await flight.fail(_as_upstream_error(exc))
@@ -440,13 +440,13 @@ class _StreamedAnswer:
         self.calls: dict[int, dict[str, Any]] = {}  # tool calls assembled from their deltas
 
     def add(self, chunk: dict[str, Any]) -> None:
-        for choice in dicts_of(chunk.get("choices")):
-            delta = dict_field(choice, "delta")
+        for choice in _dicts_of(chunk.get("choices")):
+            delta = _dict_field(choice, "delta")
             if isinstance(delta.get("content"), str):
                 self.pieces.append(delta["content"])
             self.other = self.other or bool(delta.get("function_call") or delta.get("refusal"))
             self.tool_calls = self.tool_calls or self.other or bool(delta.get("tool_calls"))
-            for piece in dicts_of(delta.get("tool_calls")):
+            for piece in _dicts_of(delta.get("tool_calls")):
                 self._merge_call(piece)
             if choice.get("finish_reason"):
                 self.finish_reasons.append(choice["finish_reason"])
@@ -456,7 +456,7 @@ class _StreamedAnswer:
         for field_name in ("id", "type"):
             if piece.get(field_name):
                 call[field_name] = piece[field_name]
-        function = dict_field(piece, "function")
+        function = _dict_field(piece, "function")
         for part in ("name", "arguments"):
             if isinstance(function.get(part), str):
                 call["function"][part] += function[part]
@@ -483,19 +483,19 @@ def _as_upstream_error(exc: BaseException) -> SemcacheError:
 
 def _tool_call_answer(response: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The tool calls of a completion that ended cleanly with them, or None."""
-    choices = dicts_of(response.get("choices"))
+    choices = _dicts_of(response.get("choices"))
     if len(choices) != 1 or choices[0].get("finish_reason") != "tool_calls":
         return None
-    message = dict_field(choices[0], "message")
-    calls = dicts_of(message.get("tool_calls"))
+    message = _dict_field(choices[0], "message")
+    calls = _dicts_of(message.get("tool_calls"))
     if not calls or message.get("refusal") or message.get("function_call"):
         return None
     return calls if all(isinstance(c.get("function"), dict) and c.get("id") for c in calls) else None
 
 
 def _message_text(response: dict[str, Any]) -> str:
-    choices = dicts_of(response.get("choices"))
-    content = dict_field(choices[0], "message").get("content") if choices else None
+    choices = _dicts_of(response.get("choices"))
+    content = _dict_field(choices[0], "message").get("content") if choices else None
     return content if isinstance(content, str) else ""
 
 
@@ -510,3 +510,14 @@ def _clean_answer(response: dict[str, Any]) -> str | None:
     if choice.get("finish_reason") != "stop" or message.get("tool_calls") or message.get("function_call"):
         return None
     return content if isinstance(content, str) and content else None
+
+
+def _dicts_of(items: object) -> list[dict[str, Any]]:
+    """The dicts of a list from the upstream, which is not trusted to be well-formed."""
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _dict_field(item: dict[str, Any], name: str) -> dict[str, Any]:
+    """``item[name]`` when it is a dict, else an empty one: upstream JSON is not trusted."""
+    value = item.get(name)
+    return value if isinstance(value, dict) else {}

@@ -37,7 +37,6 @@ class Stats:
     total: _Counts = field(default_factory=_Counts)
     tiers: dict[str, int] = field(default_factory=lambda: {"exact": 0, "template": 0, "semantic": 0})
     namespaces: dict[str, _Counts] = field(default_factory=dict)
-    feedback: dict[str, int] = field(default_factory=lambda: {"correct": 0, "wrong": 0})
     coalesced: int = 0
     embed_batches: int = 0
     embedded_prompts: int = 0
@@ -64,7 +63,6 @@ class Stats:
 
     def record_feedback(self, namespace: str, correct: bool) -> None:
         with self._lock:
-            self.feedback["correct" if correct else "wrong"] += 1
             counts = self.namespaces.setdefault(namespace, _Counts())
             if correct:
                 counts.reported_correct += 1
@@ -81,7 +79,10 @@ class Stats:
             return {
                 **self.total.as_dict(),
                 "tiers": dict(self.tiers),
-                "feedback": dict(self.feedback),
+                "feedback": {
+                    "correct": sum(c.reported_correct for c in self.namespaces.values()),
+                    "wrong": sum(c.reported_wrong for c in self.namespaces.values()),
+                },
                 "coalesced": self.coalesced,
                 "by_namespace": {ns: counts.as_dict() for ns, counts in sorted(self.namespaces.items())},
                 "embedding": {

@@ -20,8 +20,6 @@ from .errors import error_response
 log = logging.getLogger("semcache.server")
 router = APIRouter()
 
-_PASSED_ON_HEADERS = ("authorization", "openai-organization", "openai-project")
-
 
 def _state(request: Request) -> Any:
     return request.app.state.semcache
@@ -44,7 +42,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     if state.rate_limiter is not None:
         state.rate_limiter.admit(_client_id(request, namespace))
     lookup = await pipeline.lookup(body, namespace, _controls(request))
-    upstream_headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_ON_HEADERS}
+    upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
     try:
         if lookup.hit is not None:
             pipeline.record(lookup)
@@ -68,7 +66,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
 @router.get("/v1/models", summary="List the upstream's models")
 async def list_models(request: Request) -> Any:
-    headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_ON_HEADERS}
+    headers = dict(request.headers)
     upstream = _state(request).upstream
     if upstream is None:
         raise NotReady("the local model is still loading", headers={"Retry-After": "5"})
