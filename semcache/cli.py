@@ -53,6 +53,12 @@ def serve(
     model: Annotated[
         Path | None, typer.Option(help="Local Hugging Face model folder, with --backend local. (env SEMCACHE_MODEL)")
     ] = None,
+    store: Annotated[
+        str | None, typer.Option(help="'embedded' (SQLite) or 'redis' (shared by replicas). (env SEMCACHE_STORE)")
+    ] = None,
+    redis_url: Annotated[
+        str | None, typer.Option(help="Redis URL, with --store redis. (env SEMCACHE_REDIS_URL)")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
     """Run the caching proxy."""
@@ -72,6 +78,8 @@ def serve(
         "config": config,
         "backend": backend,
         "model": model,
+        "store": store,
+        "redis_url": redis_url,
     }
     settings = _settings({k: v for k, v in flags.items() if v is not None})
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -8,6 +8,7 @@
     ├── RateLimited               429  the client's token bucket is empty (with Retry-After)
     ├── NotFound                  404
     ├── NotReady                  503  the model or the index is still loading
+    ├── StoreUnavailable          503  the shared store (Redis) cannot be reached
     └── UpstreamError             the upstream failed; status mirrors what the client should see
         ├── UpstreamUnavailable   502/504  connection refused, timed out, or a broken response
         └── UpstreamStatusError   the upstream answered with an HTTP error; its status is passed on
@@ -85,6 +86,14 @@ class NotReady(SemcacheError):
     status_code = 503
     error_type = "server_error"
     code = "not_ready"
+
+
+class StoreUnavailable(SemcacheError):
+    """The shared store cannot be reached. The request path answers as a plain proxy instead."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "store_unavailable"
 
 
 class UpstreamError(SemcacheError):

@@ -6,12 +6,14 @@ is rebuilt as HNSW once it reaches ``hnsw_min_entries``. HNSW cannot remove vect
 there become tombstones that searches skip, and a background rebuild drops them.
 
 FAISS does not support adding and searching at the same time: every touch of a FAISS object holds
-``self._lock``. Rebuilds build the new index outside the lock and swap it in atomically.
+``self._lock``. Rebuilds build the new index outside the lock, in chunks so that ``stats()`` can
+report their progress, and swap it in atomically.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -26,8 +28,13 @@ import numpy as np
 # Python layer installs (remove_ids(array), add_with_ids(array, array)); treat it as untyped.
 faiss: Any = _faiss
 
+log = logging.getLogger("semcache.index")
+
 SNAPSHOT_VERSION = 1
 _MAX_TOMBSTONE_OVERFETCH = 64
+# Vectors per add during a rebuild: big enough that the per-call overhead is noise next to the
+# HNSW insertions, small enough that progress moves every second or two.
+REBUILD_CHUNK = 20_000
 
 
 @dataclass
@@ -43,6 +50,25 @@ class _Partition:
         return int(self.index.ntotal) - len(self.tombstones)
 
 
+@dataclass
+class _Rebuild:
+    kind: str
+    total: int
+    done: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class RebuildProgress:
+    """One running rebuild, as of the ``stats()`` call."""
+
+    scope: str
+    kind: str  # the kind being built
+    done: int  # vectors added to the new index so far
+    total: int
+    seconds: float  # since the rebuild started
+
+
 @dataclass(frozen=True)
 class IndexStats:
     entries: int
@@ -51,6 +77,7 @@ class IndexStats:
     hnsw_partitions: int
     rebuilds: int
     rebuilding: int
+    rebuild_progress: list[RebuildProgress] = field(default_factory=list)
 
 
 class ScopedVectorIndex:
@@ -63,6 +90,7 @@ class ScopedVectorIndex:
         hnsw_ef_search: int = 64,
         hnsw_ef_construction: int = 80,
         max_tombstone_ratio: float = 0.2,
+        rebuild_chunk: int = REBUILD_CHUNK,
     ) -> None:
         self.dimension = dimension
         self.hnsw_min_entries = hnsw_min_entries
@@ -70,11 +98,13 @@ class ScopedVectorIndex:
         self._ef_search = hnsw_ef_search
         self._ef_construction = hnsw_ef_construction
         self._max_tombstone_ratio = max_tombstone_ratio
+        self._rebuild_chunk = max(rebuild_chunk, 1)
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
         self._scope_of: dict[int, str] = {}
         self._rebuilds = 0
+        self._running: dict[str, _Rebuild] = {}  # scope -> progress of its rebuild
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -103,6 +133,7 @@ class ScopedVectorIndex:
 
     def stats(self) -> IndexStats:
         with self._lock:
+            now = time.monotonic()  # under the lock: no run can have started after it
             return IndexStats(
                 entries=len(self._scope_of),
                 tombstones=sum(len(p.tombstones) for p in self._partitions.values()),
@@ -110,6 +141,10 @@ class ScopedVectorIndex:
                 hnsw_partitions=sum(p.kind == "hnsw" for p in self._partitions.values()),
                 rebuilds=self._rebuilds,
                 rebuilding=sum(p.pending is not None for p in self._partitions.values()),
+                rebuild_progress=[
+                    RebuildProgress(scope, run.kind, run.done, run.total, now - run.started_at)
+                    for scope, run in self._running.items()
+                ],
             )
 
     # -- writes ------------------------------------------------------------------------------
@@ -182,23 +217,44 @@ class ScopedVectorIndex:
                 return False
             ids, vectors = self._live_vectors_locked(partition)
             partition.pending = []
-        kind = self._kind_for(partition.kind, len(ids))
+            run = self._running[scope] = _Rebuild(self._kind_for(partition.kind, len(ids)), len(ids))
+        log.info("index rebuild of scope %s started: %d vectors into %s", scope, run.total, run.kind)
         try:
-            fresh = self._new_index(kind)
-            if len(ids):
-                fresh.add_with_ids(vectors, ids)
+            fresh = self._new_index(run.kind)
+            self._add_in_chunks(scope, run, fresh, ids, vectors)
         except BaseException:
             with self._lock:
                 partition.pending = None
+                del self._running[scope]
             raise
         with self._lock:
-            tombstones = self._replay_locked(fresh, kind, partition.pending)
+            tombstones = self._replay_locked(fresh, run.kind, partition.pending)
             if fresh.ntotal - len(tombstones) > 0:
-                self._partitions[scope] = _Partition(fresh, kind, tombstones)
+                self._partitions[scope] = _Partition(fresh, run.kind, tombstones)
             else:
                 self._partitions.pop(scope, None)
             self._rebuilds += 1
+            del self._running[scope]
+        seconds = time.monotonic() - run.started_at
+        log.info("index rebuild of scope %s done: %d vectors into %s in %.1f s", scope, run.total, run.kind, seconds)
         return True
+
+    def _add_in_chunks(
+        self, scope: str, run: _Rebuild, fresh: faiss.IndexIDMap2, ids: np.ndarray, vectors: np.ndarray
+    ) -> None:
+        """Fill the new index chunk by chunk, publishing progress and logging about every 10%."""
+        log_every = max(run.total // 10, 1)
+        logged = 0
+        for start in range(0, run.total, self._rebuild_chunk):
+            end = min(start + self._rebuild_chunk, run.total)
+            fresh.add_with_ids(vectors[start:end], ids[start:end])
+            with self._lock:
+                run.done = end
+            if end < run.total and end - logged >= log_every:
+                logged = end
+                log.info(
+                    "index rebuild of scope %s: %d of %d vectors (%d%%)", scope, end, run.total, 100 * end // run.total
+                )
 
     @staticmethod
     def _replay_locked(
@@ -234,8 +290,9 @@ class ScopedVectorIndex:
 
     # -- persistence -------------------------------------------------------------------------
 
-    def save(self, folder: Path, *, embedding_model: str) -> int:
-        """Write a snapshot atomically; returns the number of entries saved."""
+    def save(self, folder: Path, *, embedding_model: str, metadata: dict[str, Any] | None = None) -> int:
+        """Write a snapshot atomically; returns the number of entries saved. ``metadata`` (JSON)
+        comes back from ``load``: the shared store's feed offset, for one."""
         folder.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, Any] = {}
         manifest: dict = {
@@ -243,12 +300,14 @@ class ScopedVectorIndex:
             "dimension": self.dimension,
             "embedding_model": embedding_model,
             "saved_at": time.time(),
+            "metadata": metadata or {},
             "partitions": [],
         }
         with self._lock:
             for number, (scope, partition) in enumerate(self._partitions.items()):
                 if partition.pending is not None:
-                    continue  # mid-rebuild: the store will fill these in at load time
+                    manifest["complete"] = False  # mid-rebuild: reconcile with the store at load time
+                    continue
                 arrays[f"p{number}"] = faiss.serialize_index(partition.index)
                 arrays[f"t{number}"] = np.fromiter(partition.tombstones, dtype=np.int64)
                 manifest["partitions"].append({"scope": scope, "key": number, "kind": partition.kind})
@@ -261,11 +320,12 @@ class ScopedVectorIndex:
             os.replace(temporary, folder / "snapshot.npz")
         return saved
 
-    def load(self, folder: Path, *, embedding_model: str) -> bool:
-        """Load a snapshot if one exists and fits this model; returns whether one was loaded."""
+    def load(self, folder: Path, *, embedding_model: str) -> dict[str, Any] | None:
+        """Load a snapshot if one exists and fits this model; returns its metadata, or None if
+        none was loaded."""
         path = folder / "snapshot.npz"
         if not path.exists():
-            return False
+            return None
         with np.load(path, allow_pickle=False) as data:
             manifest = json.loads(data["manifest"].tobytes())
             if (
@@ -273,7 +333,7 @@ class ScopedVectorIndex:
                 or manifest.get("dimension") != self.dimension
                 or manifest.get("embedding_model") != embedding_model
             ):
-                return False
+                return None
             partitions: dict[str, _Partition] = {}
             for item in manifest["partitions"]:
                 index = faiss.deserialize_index(data[f"p{item['key']}"])  # already an IndexIDMap2
@@ -285,7 +345,7 @@ class ScopedVectorIndex:
                 for entry_id in faiss.vector_to_array(partition.index.id_map):
                     if int(entry_id) not in partition.tombstones:
                         self._scope_of[int(entry_id)] = scope
-        return True
+        return {**(manifest.get("metadata") or {}), "complete": manifest.get("complete", True)}
 
     def ids(self) -> set[int]:
         with self._lock:

@@ -10,14 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .embedders import BatchingEmbedder
+from .errors import StoreUnavailable
 from .index import ScopedVectorIndex
 from .pipeline import Pipeline
+from .protocols import Store
 from .stores import SQLiteStore
 
 log = logging.getLogger("semcache.maintenance")
@@ -28,36 +32,43 @@ _MODEL_META_KEY = "embedding_model"
 async def restore_index(
     store: SQLiteStore, index: ScopedVectorIndex, embedder: BatchingEmbedder, snapshot_dir: Path
 ) -> dict[str, float]:
-    """Bring ``index`` up to date with ``store``; returns what it did, for the logs."""
+    """Bring ``index`` up to date with the embedded store; returns what it did, for the logs."""
     started = time.monotonic()
     model = embedder.embedder.name
     if await store.get_meta(_MODEL_META_KEY) not in (None, model):
         await _reembed_everything(store, embedder)
     await store.set_meta(_MODEL_META_KEY, model)
+    loaded = await load_snapshot(index, snapshot_dir, model) is not None
+    report = {"snapshot_loaded": float(loaded), **await reconcile_index(store, index)}
+    report["seconds"] = round(time.monotonic() - started, 3)
+    log.info("index restored: %s", report)
+    return report
 
+
+async def load_snapshot(index: ScopedVectorIndex, snapshot_dir: Path, model: str) -> dict[str, Any] | None:
+    """Load the saved index if there is one for this model; returns its metadata, or None."""
     try:
-        loaded = await asyncio.to_thread(index.load, snapshot_dir, embedding_model=model)
+        return await asyncio.to_thread(index.load, snapshot_dir, embedding_model=model)
     except Exception:  # a damaged snapshot only costs time: the store has everything
         log.exception("could not load the index snapshot; rebuilding the index from the store")
-        loaded = False
-    stored = await store.ids_and_scopes()
-    indexed = index.ids() if loaded else set()
+        return None
+
+
+async def reconcile_index(store: Store, index: ScopedVectorIndex) -> dict[str, float]:
+    """Drop from ``index`` what the store no longer has, and add what it lacks from the stored
+    vectors (nothing is re-embedded)."""
+    stored = await store.stored_ids()
+    indexed = index.ids()
     stale = [i for i in indexed if i not in stored]
-    missing = [i for i in stored if i not in indexed]
+    missing = sorted(i for i in stored if i not in indexed)
     if stale:
         await asyncio.to_thread(index.remove, stale)
     for start in range(0, len(missing), 10_000):
         ids, scopes, vectors = await store.vectors_for(missing[start : start + 10_000])
         await asyncio.to_thread(_add_grouped, index, ids, scopes, vectors)
-    report = {
-        "snapshot_loaded": float(loaded),
-        "entries": float(len(stored)),
-        "added": float(len(missing)),
-        "removed": float(len(stale)),
-        "seconds": round(time.monotonic() - started, 3),
-    }
-    log.info("index restored", extra={"report": report})
-    return report
+        if len(missing) > 10_000:
+            log.info("indexed %d/%d stored entries", min(start + 10_000, len(missing)), len(missing))
+    return {"entries": float(len(stored)), "added": float(len(missing)), "removed": float(len(stale))}
 
 
 def _add_grouped(index: ScopedVectorIndex, ids: list[int], scopes: list[str], vectors: np.ndarray) -> None:
@@ -83,13 +94,15 @@ class Maintenance:
     """The background sweeper: expiry, the size bound, index rebuilds and snapshots."""
 
     pipeline: Pipeline
-    store: SQLiteStore
+    store: Store
     index: ScopedVectorIndex
     snapshot_dir: Path
     max_entries: int
     sweep_interval_s: float
     snapshot_interval_s: float
     embedding_model: str
+    # What the snapshot must remember besides the index (the shared store's feed offset).
+    snapshot_metadata: Callable[[], dict[str, Any]] = dict
     expired: int = 0
     evicted: int = 0
     last_snapshot: float = 0.0
@@ -102,6 +115,8 @@ class Maintenance:
                 await self.sweep()
                 if time.monotonic() - self.last_snapshot >= self.snapshot_interval_s:
                     await self.snapshot()
+            except StoreUnavailable as exc:
+                log.warning("maintenance pass skipped: %s", exc.message)
             except Exception:  # keep sweeping: one failed pass must not stop expiry for good
                 log.exception("maintenance pass failed")
 
@@ -119,6 +134,9 @@ class Maintenance:
             await asyncio.to_thread(self.index.rebuild, scope)
 
     async def snapshot(self) -> None:
-        saved = await asyncio.to_thread(self.index.save, self.snapshot_dir, embedding_model=self.embedding_model)
+        metadata = self.snapshot_metadata()  # read before the index: replaying from it is idempotent
+        saved = await asyncio.to_thread(
+            self.index.save, self.snapshot_dir, embedding_model=self.embedding_model, metadata=metadata
+        )
         self.last_snapshot = time.monotonic()
         log.info("index snapshot saved", extra={"entries": saved})

@@ -20,7 +20,7 @@ from . import guards as guard_checks
 from .coalescing import Flight, InFlight
 from .embedders import BatchingEmbedder
 from .entries import CacheEntry, NegativeFeedback
-from .errors import NotFound, SemcacheError, UpstreamUnavailable
+from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamUnavailable
 from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
 from .keys import RequestKey, bypass_reason, conversation_text, reads_standalone, request_key
@@ -123,7 +123,10 @@ class Pipeline:
         key, vector = await self._key(request, namespace)
         lookup = Lookup(request, namespace, controls, key=key, vector=vector)
         if controls.read_cache:
-            lookup.hit = await self._find(lookup)
+            try:
+                lookup.hit = await self._find(lookup)
+            except StoreUnavailable:  # answer as a plain proxy, and store nothing, until it is back
+                return Lookup(request, namespace, controls, key=None, bypass_reason="store_unavailable")
         if lookup.hit is not None and lookup.hit.entry_id is not None:
             self.pending_touches[lookup.hit.entry_id] = self.clock()
         return lookup
@@ -398,6 +401,8 @@ class Pipeline:
             await asyncio.shield(job)
         except asyncio.CancelledError:
             raise  # the job goes on; the sweep and restarts see a consistent store either way
+        except StoreUnavailable as exc:
+            log.warning("an answer was served but not cached: %s", exc.message)
         except Exception:
             log.exception("could not store an answer; it was served but not cached")
 

@@ -63,6 +63,14 @@ class Store(Protocol):
 
     async def set_namespace_config(self, namespace: str, config: dict[str, Any]) -> None: ...
 
+    async def stored_ids(self) -> set[int]:
+        """The ids of every stored entry, to reconcile the index with."""
+        ...
+
+    async def vectors_for(self, entry_ids: list[int]) -> tuple[list[int], list[str], np.ndarray]:
+        """The stored vectors of those entries that still exist: (ids, scopes, matrix)."""
+        ...
+
     def vectors(self, batch_size: int = ...) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
         """All stored vectors, in batches of (ids, scopes, matrix), for rebuilding the index."""
         ...

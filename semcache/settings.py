@@ -66,6 +66,18 @@ class Settings(BaseSettings):
 
     # Storage
     data_dir: Path = Field(Path("index"), description="Folder for the SQLite entries and the FAISS index.")
+    store: Literal["embedded", "redis"] = Field(
+        "embedded", description="'embedded': SQLite in data_dir; 'redis': one cache shared by several replicas."
+    )
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="With --store redis: the Redis (or Valkey) URL.")
+    redis_prefix: str = Field(
+        "semcache", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$", description="Prefix (and hash tag) of every key."
+    )
+    redis_timeout_s: float = Field(1.0, gt=0, description="Longest wait for Redis before a request bypasses it.")
+    redis_max_connections: int = Field(64, ge=1, description="Size of the Redis connection pool.")
+    redis_feed_max_len: int = Field(
+        100_000, ge=1000, description="Change-feed events kept; a replica further behind reconciles instead."
+    )
     ttl: float = Field(7 * 24 * 3600, ge=0, description="Default entry lifetime in seconds; 0 keeps entries forever.")
     max_entries: int = Field(1_000_000, ge=1, description="Size bound; the least recently used entries go first.")
     sweep_interval_s: float = Field(30.0, gt=0, description="How often expired and surplus entries are removed.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import faiss
 import numpy as np
 import pytest
 
-from semcache.index import ScopedVectorIndex
+from semcache.index import RebuildProgress, ScopedVectorIndex
 
 DIM = 32
 MODEL = "test-model"
@@ -233,6 +235,69 @@ def test_concurrent_adds_and_removes_during_rebuilds_in_threads() -> None:
         assert (entry_id in ids) == (entry_id in live)
 
 
+def test_a_rebuild_adds_in_chunks_and_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = ScopedVectorIndex(DIM, hnsw_min_entries=50, rebuild_chunk=40)
+    vectors = unit_vectors(100)
+    index.add("a", np.arange(1, 101), vectors)
+    seen: list[tuple[int, list[RebuildProgress]]] = []  # (chunk size, progress just before adding it)
+    new_index = index._new_index
+
+    def observed_new_index(kind: str) -> faiss.IndexIDMap2:
+        fresh = new_index(kind)
+        add = fresh.add_with_ids
+
+        def add_with_ids(chunk: np.ndarray, ids: np.ndarray) -> None:
+            seen.append((len(ids), index.stats().rebuild_progress))
+            add(chunk, ids)
+
+        fresh.add_with_ids = add_with_ids
+        return fresh
+
+    monkeypatch.setattr(index, "_new_index", observed_new_index)
+    assert index.rebuild("a") is True
+
+    assert [size for size, _ in seen] == [40, 40, 20]
+    assert [[(p.scope, p.kind, p.done, p.total) for p in progress] for _, progress in seen] == [
+        [("a", "hnsw", done, 100)] for done in (0, 40, 80)
+    ]
+    assert all(p.seconds >= 0 for _, progress in seen for p in progress)
+    stats = index.stats()
+    assert (stats.rebuild_progress, stats.rebuilding, stats.rebuilds, stats.hnsw_partitions) == ([], 0, 1, 1)
+    assert all(nearest_id(index, "a", v) == i for i, v in enumerate(vectors, start=1))
+
+
+@pytest.mark.parametrize(("chunk", "logged_at"), [(1, tuple(range(10, 100, 10))), (30, (30, 60, 90)), (200, ())])
+def test_a_rebuild_logs_its_start_progress_and_end(
+    caplog: pytest.LogCaptureFixture, chunk: int, logged_at: tuple[int, ...]
+) -> None:
+    index = ScopedVectorIndex(DIM, hnsw_min_entries=50, rebuild_chunk=chunk)
+    index.add("a", np.arange(1, 101), unit_vectors(100))
+    with caplog.at_level(logging.INFO, logger="semcache.index"):
+        index.rebuild("a")
+
+    messages = [r.getMessage() for r in caplog.records if r.name == "semcache.index"]
+    assert messages[0] == "index rebuild of scope a started: 100 vectors into hnsw"
+    # about every 10%, at most once a chunk; the end line stands for 100%
+    assert messages[1:-1] == [f"index rebuild of scope a: {done} of 100 vectors ({done}%)" for done in logged_at]
+    assert re.fullmatch(r"index rebuild of scope a done: 100 vectors into hnsw in \d+\.\d s", messages[-1])
+
+
+def test_a_failed_rebuild_leaves_no_progress_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    index, _ = filled("a", range(1, 61), hnsw_min_entries=50)
+
+    def broken_new_index(kind: str) -> faiss.IndexIDMap2:
+        raise MemoryError
+
+    monkeypatch.setattr(index, "_new_index", broken_new_index)
+    with pytest.raises(MemoryError):
+        index.rebuild("a")
+    stats = index.stats()
+    assert (stats.rebuild_progress, stats.rebuilding, stats.rebuilds) == ([], 0, 0)
+    monkeypatch.undo()
+    assert index.rebuild("a") is True
+    assert index.stats().hnsw_partitions == 1
+
+
 # -- persistence ---------------------------------------------------------------------------------
 
 
@@ -244,7 +309,7 @@ def test_save_then_load_restores_search_results_and_tombstones(tmp_path: Path) -
     assert index.save(tmp_path, embedding_model=MODEL) == 103
 
     loaded = ScopedVectorIndex(DIM, hnsw_min_entries=50)
-    assert loaded.load(tmp_path, embedding_model=MODEL) is True
+    assert loaded.load(tmp_path, embedding_model=MODEL) is not None
 
     before, after = index.stats(), loaded.stats()
     assert (after.entries, after.tombstones, after.partitions, after.hnsw_partitions) == (103, 2, 2, 1)
@@ -274,7 +339,7 @@ def test_a_loaded_index_still_accepts_changes(tmp_path: Path) -> None:
 
 
 def test_load_without_a_snapshot(tmp_path: Path) -> None:
-    assert ScopedVectorIndex(DIM).load(tmp_path, embedding_model=MODEL) is False
+    assert ScopedVectorIndex(DIM).load(tmp_path, embedding_model=MODEL) is None
 
 
 @pytest.mark.parametrize(("dimension", "model"), [(DIM, "another-model"), (DIM * 2, MODEL)])
@@ -283,7 +348,7 @@ def test_load_refuses_a_snapshot_of_another_model_or_dimension(tmp_path: Path, d
     index.save(tmp_path, embedding_model=MODEL)
 
     other = ScopedVectorIndex(dimension)
-    assert other.load(tmp_path, embedding_model=model) is False
+    assert other.load(tmp_path, embedding_model=model) is None
     assert len(other) == 0
 
 
@@ -315,3 +380,4 @@ def test_stats_counts() -> None:
     assert stats.tombstones == 2
     assert stats.rebuilds == 1
     assert stats.rebuilding == 0
+    assert stats.rebuild_progress == []

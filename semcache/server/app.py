@@ -7,19 +7,23 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI
 
 from ..embedders import BatchingEmbedder, load_embedder
+from ..errors import StoreUnavailable
 from ..index import ScopedVectorIndex
 from ..limits import RateLimiter
 from ..maintenance import Maintenance, restore_index
 from ..pipeline import Pipeline
-from ..protocols import Embedder, Upstream
+from ..protocols import Embedder, Store, Upstream
 from ..quality import DecisionLog, NamespacePolicies, default_policy
+from ..replication import Replica
 from ..settings import Settings
 from ..stats import Stats
 from ..stores import SQLiteStore
+from ..stores.redis import RedisStore
 from ..tiers import TemplateTier, load_templates
 from ..tokens import TokenCounter
 from ..upstreams import RemoteUpstream
@@ -45,6 +49,7 @@ class AppState:
     pipeline: Pipeline | None = None
     maintenance: Maintenance | None = None
     rate_limiter: RateLimiter | None = None
+    replica: Replica | None = None  # with --store redis
     load_error: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -148,11 +153,21 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             on_batch=state.stats.record_embed_batch,
         )
         cleanup.push_async_callback(batcher.close)
-        store = SQLiteStore(settings.data_dir / "entries.sqlite3")
-        cleanup.push_async_callback(store.close)
-        await store.open()
         index = ScopedVectorIndex(model.dimension, hnsw_min_entries=settings.hnsw_min_entries)
-        await restore_index(store, index, batcher, settings.data_dir / "faiss")
+        snapshot_dir = settings.data_dir / "faiss"
+        store: Store
+        overrides: dict[str, dict[str, Any]] = {}
+        if settings.store == "redis":
+            store = _redis_store(settings)
+            cleanup.push_async_callback(store.close)
+            state.replica = Replica(store, index, batcher, state.stats, snapshot_dir, settings.template_threshold)
+            await state.replica.join()  # Redis down: start as a plain proxy; the replica catches up later
+        else:
+            store = SQLiteStore(settings.data_dir / "entries.sqlite3")
+            cleanup.push_async_callback(store.close)
+            await store.open()
+            await restore_index(store, index, batcher, snapshot_dir)
+            overrides = await store.namespace_configs()
         if templates.phrasings:
             templates.set_vectors(await batcher.embed_many(templates.phrasings))
         tokens = await asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken")
@@ -164,7 +179,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             templates=templates,
             tokens=tokens,
             stats=state.stats,
-            policies=NamespacePolicies(default_policy(settings), await store.namespace_configs()),
+            policies=NamespacePolicies(default_policy(settings), overrides),
             default_ttl_s=settings.ttl,
             max_temperature=settings.max_temperature,
             verifier=await asyncio.to_thread(load_verifier, settings),
@@ -175,16 +190,21 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             standalone_max_context_similarity=settings.standalone_max_context_similarity,
             decisions=DecisionLog(settings.decisions_kept),
         )
-        await pipeline.start()
+        if state.replica is not None:
+            await _join_with_pipeline(state.replica, pipeline, templates)
+            state.tasks.append(asyncio.create_task(state.replica.run_forever(), name="semcache-replica"))
+        else:
+            await pipeline.start()
         state.maintenance = Maintenance(
             pipeline=pipeline,
             store=store,
             index=index,
-            snapshot_dir=settings.data_dir / "faiss",
+            snapshot_dir=snapshot_dir,
             max_entries=settings.max_entries,
             sweep_interval_s=settings.sweep_interval_s,
             snapshot_interval_s=settings.snapshot_interval_s,
             embedding_model=model.name,
+            snapshot_metadata=state.replica.snapshot_metadata if state.replica is not None else dict,
         )
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
         state.pipeline = pipeline
@@ -199,6 +219,31 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         log.exception("semcache failed to load")
 
 
+def _redis_store(settings: Settings) -> RedisStore:
+    return RedisStore(
+        settings.redis_url,
+        prefix=settings.redis_prefix,
+        timeout_s=settings.redis_timeout_s,
+        max_connections=settings.redis_max_connections,
+        feed_max_len=settings.redis_feed_max_len,
+    )
+
+
+async def _join_with_pipeline(replica: Replica, pipeline: Pipeline, templates: TemplateTier) -> None:
+    """Share this replica's template file, if it has one, then take the shared settings."""
+
+    def use_templates(tier: TemplateTier) -> None:
+        pipeline.templates = tier
+
+    replica.pipeline, replica.on_templates = pipeline, use_templates
+    try:
+        if templates.templates:
+            await replica.store.set_templates([template.as_dict() for template in templates.templates])
+        await replica.reload_settings()
+    except StoreUnavailable:
+        replica.connected = False  # its follower loads them once Redis is back
+
+
 async def _shutdown(state: AppState) -> None:
     for task in state.tasks:
         task.cancel()
@@ -207,6 +252,9 @@ async def _shutdown(state: AppState) -> None:
     if pipeline is not None and state.maintenance is not None:
         with suppress(Exception):
             await state.maintenance.sweep()
+        if state.replica is not None:
+            with suppress(StoreUnavailable):
+                await state.replica.share_stats(now=True)
         try:
             await state.maintenance.snapshot()
         except Exception:

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ..errors import InvalidRequest, NotReady, SemcacheError, openai_error_body
+from ..errors import InvalidRequest, NotReady, SemcacheError, StoreUnavailable, openai_error_body
 from ..pipeline import Lookup, Pipeline, RequestControls
 from ..wire import ChatCompletionRequest
 from .errors import error_response
@@ -82,18 +82,27 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
 
 
-@router.get("/stats", summary="Hit-rate statistics of this process")
+@router.get("/stats", summary="Hit-rate statistics: of every replica together with --store redis")
 async def stats(request: Request) -> dict[str, Any]:
     state = _state(request)
-    snapshot: dict[str, Any] = state.stats.snapshot()
+    replica = state.replica
+    shared = await replica.cluster_stats() if replica is not None else None
+    snapshot: dict[str, Any] = shared or state.stats.snapshot()
+    snapshot["scope"] = "cluster" if shared is not None else "replica" if replica is not None else "process"
+    if replica is not None:
+        snapshot["replica"] = replica.status()
     pipeline = state.pipeline
     if pipeline is None:
         return {**snapshot, "entries": None, "ready": False}
     index = pipeline.index.stats()
     maintenance = state.maintenance
+    try:
+        entries: int | None = await pipeline.store.count()
+    except StoreUnavailable:
+        entries = None
     return {
         **snapshot,
-        "entries": await pipeline.store.count(),
+        "entries": entries,
         "ready": True,
         "index": {
             "entries": index.entries,
@@ -102,6 +111,10 @@ async def stats(request: Request) -> dict[str, Any]:
             "hnsw_partitions": index.hnsw_partitions,
             "rebuilds": index.rebuilds,
             "rebuilding": index.rebuilding,
+            "rebuild_progress": [
+                {"scope": r.scope, "kind": r.kind, "done": r.done, "total": r.total, "seconds": round(r.seconds, 1)}
+                for r in index.rebuild_progress
+            ],
         },
         "expired": maintenance.expired if maintenance else 0,
         "evicted": maintenance.evicted if maintenance else 0,

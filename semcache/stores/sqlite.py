@@ -242,8 +242,8 @@ class SQLiteStore:
 
     # -- used at start-up to reconcile the FAISS snapshot --------------------------------------
 
-    async def ids_and_scopes(self) -> dict[int, str]:
-        return await self._call(lambda: dict(self.db.execute("SELECT id, scope FROM entries").fetchall()))
+    async def stored_ids(self) -> set[int]:
+        return await self._call(lambda: {row[0] for row in self.db.execute("SELECT id FROM entries")})
 
     async def vectors_for(self, entry_ids: list[int]) -> tuple[list[int], list[str], np.ndarray]:
         found_ids: list[int] = []

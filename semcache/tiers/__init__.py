@@ -3,6 +3,6 @@
 from .base import Hit
 from .exact import ExactTier
 from .semantic import SemanticTier
-from .template import Template, TemplateTier, load_templates
+from .template import Template, TemplateTier, load_templates, parse_templates
 
-__all__ = ["ExactTier", "Hit", "SemanticTier", "Template", "TemplateTier", "load_templates"]
+__all__ = ["ExactTier", "Hit", "SemanticTier", "Template", "TemplateTier", "load_templates", "parse_templates"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -34,6 +35,15 @@ class Template:
     namespaces: frozenset[str] | None = None
     models: frozenset[str] | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        """The template in its file format, for sharing it through the store."""
+        item: dict[str, Any] = {"id": self.id, "questions": list(self.questions), "answer": self.answer}
+        if self.namespaces is not None:
+            item["namespaces"] = sorted(self.namespaces)
+        if self.models is not None:
+            item["models"] = sorted(self.models)
+        return item
+
     def applies_to(self, key: RequestKey) -> bool:
         return (self.namespaces is None or key.namespace in self.namespaces) and (
             self.models is None or key.model in self.models
@@ -47,13 +57,18 @@ def load_templates(path: Path) -> list[Template]:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise ValueError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+    return parse_templates(data, str(path))
+
+
+def parse_templates(data: object, source: str) -> list[Template]:
+    """Templates from parsed YAML/JSON data; raises ValueError naming ``source`` and the bad item."""
     items = data.get("templates") if isinstance(data, dict) else data
     if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a list of templates, or a mapping with a 'templates' list")
+        raise ValueError(f"{source}: expected a list of templates, or a mapping with a 'templates' list")
     try:
         return [_parse_template(item, number) for number, item in enumerate(items)]
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from exc
+        raise ValueError(f"{source}: {exc}") from exc
 
 
 def _parse_template(item: object, number: int) -> Template:

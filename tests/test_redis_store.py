@@ -1,0 +1,176 @@
+"""The Redis store against a real redis-server on a free port: entries, native expiry, the size
+bound, feedback, shared counters, the change feed, and Redis going away and coming back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from semcache.entries import CacheEntry, NegativeFeedback
+from semcache.errors import StoreUnavailable
+from semcache.stores.redis import RedisStore
+from semcache.testing.redis_server import RedisServer
+
+
+def entry(exact_key: str, *, scope: str = "scope-a", expires_at: float | None = None, seed: int = 0) -> CacheEntry:
+    vector = np.random.default_rng(seed).standard_normal(8).astype(np.float32)
+    return CacheEntry(
+        namespace="default",
+        scope=scope,
+        exact_key=exact_key,
+        model="gpt-4o-mini",
+        prompt=f"prompt for {exact_key}",
+        answer=f"answer for {exact_key}",
+        created_at=time.time(),
+        expires_at=expires_at,
+        vector=vector / np.linalg.norm(vector),
+        last_access=time.time(),
+    )
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+async def store(redis_server: RedisServer, request: pytest.FixtureRequest) -> AsyncIterator[RedisStore]:
+    opened = RedisStore(redis_server.url, prefix=f"test-{request.node.name}", feed_max_len=1000)
+    await opened.open_cache("hashing-8", 8)
+    yield opened
+    await opened.close()
+
+
+async def test_put_get_and_exact_lookup_round_trip(store: RedisStore) -> None:
+    original = entry("k1", expires_at=time.time() + 60)
+    original.tool_calls = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    entry_id, replaced = await store.put(original)
+    assert replaced == []
+    for found in (await store.get(entry_id), await store.get_by_exact_key("k1")):
+        assert found is not None
+        assert (found.id, found.prompt, found.answer, found.scope) == (
+            entry_id,
+            "prompt for k1",
+            "answer for k1",
+            "scope-a",
+        )
+        assert found.expires_at == pytest.approx(original.expires_at)
+        assert found.tool_calls == original.tool_calls
+        np.testing.assert_array_equal(found.vector, original.vector)
+    assert await store.get_by_exact_key("unknown") is None
+    assert await store.count() == 1
+
+
+async def test_same_exact_key_replaces_the_entry_and_says_so_in_the_feed(store: RedisStore) -> None:
+    first, _ = await store.put(entry("k1"))
+    second, replaced = await store.put(entry("k1", seed=1))
+    assert [r.id for r in replaced] == [first] and second > first
+    assert await store.get(first) is None
+    assert await store.count() == 1
+    events = await store.read_feed("0-0")
+    assert [(e.op, e.entry_id, e.replaced) for e in events] == [("put", first, None), ("put", second, first)]
+
+
+async def test_entries_expire_natively_and_the_sweep_tells_the_feed(
+    store: RedisStore, redis_server: RedisServer
+) -> None:
+    short, _ = await store.put(entry("short", expires_at=time.time() + 0.3))
+    forever, _ = await store.put(entry("forever"))
+    ttl_ms = redis_server.client().pttl(f"{store.prefix}:entry:{short}")
+    assert 0 < ttl_ms <= 300  # Redis itself expires it: no sweep needed for it to stop being served
+    await asyncio.sleep(0.4)
+    assert await store.get(short) is None and await store.get_by_exact_key("short") is None
+    removed = await store.delete_expired(time.time())
+    assert [r.id for r in removed] == [short]
+    assert (await store.get(forever)) is not None
+    assert (await store.read_feed("0-0"))[-1].ids == (short,)
+    assert await store.stored_ids() == {forever}
+
+
+async def test_size_bound_evicts_the_least_recently_used(store: RedisStore) -> None:
+    ids = [(await store.put(entry(f"k{n}")))[0] for n in range(5)]
+    await store.touch({ids[0]: time.time() + 10, ids[1]: time.time() + 11})
+    removed = await store.evict_least_recently_used(keep=2)
+    assert sorted(r.id for r in removed) == sorted(ids[2:])
+    assert await store.stored_ids() == {ids[0], ids[1]}
+    assert (await store.get(ids[0])).hits == 1  # type: ignore[union-attr]
+
+
+async def test_a_touch_never_brings_a_deleted_entry_back(store: RedisStore, redis_server: RedisServer) -> None:
+    entry_id, _ = await store.put(entry("k1"))
+    assert [r.id for r in await store.delete([entry_id, 999_999])] == [entry_id]
+    await store.touch({entry_id: time.time()})
+    assert redis_server.client().exists(f"{store.prefix}:entry:{entry_id}") == 0
+    assert await store.count() == 0
+
+
+async def test_negative_feedback_is_shared_and_raises_the_entry_threshold(store: RedisStore) -> None:
+    entry_id, _ = await store.put(entry("k1"))
+    feedback = NegativeFeedback(entry_id, "query-key", np.ones(8, dtype=np.float32), 0.93)
+    await store.add_negative_feedback(feedback, 0.935)
+    [stored] = await store.negative_feedback()
+    assert (stored.entry_id, stored.query_key, stored.similarity) == (entry_id, "query-key", 0.93)
+    np.testing.assert_array_equal(stored.vector, feedback.vector)
+    assert (await store.get(entry_id)).min_similarity == pytest.approx(0.935)  # type: ignore[union-attr]
+    shared = (await store.read_feed("0-0"))[-1].feedback
+    assert shared is not None and (shared.entry_id, shared.query_key) == (entry_id, "query-key")
+    await store.delete([entry_id])
+    assert await store.negative_feedback() == []
+
+
+async def test_counters_add_up_across_replicas(store: RedisStore, redis_server: RedisServer) -> None:
+    other = RedisStore(redis_server.url, prefix=store.prefix[1:-1])
+    await store.add_counts(Counter({"requests": 2, "hits": 1}))
+    await other.add_counts(Counter({"requests": 3, "ns:a:b:hits": 1}))
+    assert await store.counts() == Counter({"requests": 5, "hits": 1, "ns:a:b:hits": 1})
+    await other.close()
+
+
+async def test_a_replica_with_another_embedding_model_is_refused(store: RedisStore, redis_server: RedisServer) -> None:
+    other = RedisStore(redis_server.url, prefix=store.prefix[1:-1])
+    with pytest.raises(ValueError, match="same model"):
+        await other.open_cache("another-model", 8)
+    await other.close()
+
+
+async def test_a_trimmed_feed_is_reported_as_a_gap(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, prefix="test-trimmed", feed_max_len=10)
+    await store.open_cache("hashing-8", 8)
+    await store.put(entry("first"))
+    offset = await store.feed_position()
+    assert not await store.feed_has_gap_after(offset)
+    for n in range(300):  # approximate trimming drops whole blocks of about 100 events
+        await store.put(entry(f"k{n}"))
+    assert await store.feed_has_gap_after(offset)
+    assert not await store.feed_has_gap_after(await store.feed_position())
+    await store.close()
+
+
+async def test_redis_down_fails_fast_then_recovers(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    store = RedisStore(server.url, prefix="test-down", timeout_s=0.5)
+    await store.open_cache("hashing-8", 8)
+    entry_id, _ = await store.put(entry("k1"))
+    server.kill()
+    with pytest.raises(StoreUnavailable):
+        await store.get(entry_id)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await store.get_by_exact_key("k1")  # marked down: no new connection attempt
+    assert time.monotonic() - started < 0.1
+    assert not await store.ping()
+
+    RedisServer(tmp_path / "redis", port=server.port).start()  # same folder: its AOF comes back
+    deadline = time.monotonic() + 10
+    while not await store.ping():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    assert (await store.get(entry_id)) is not None  # appendfsync always: the acknowledged entry survived
+    await store.close()
