@@ -223,7 +223,7 @@ async def test_stop_string_truncates_with_stop(upstream: LocalUpstream) -> None:
 @pytest.mark.slow
 async def test_end_of_sequence_finishes_with_stop(upstream: LocalUpstream, model_dir: Path, tmp_path: Path) -> None:
     messages = [{"role": "user", "content": "hello world"}]
-    prompt = torch.tensor([upstream.prompt_ids(messages)])
+    prompt = torch.tensor([upstream.prompt_ids(messages)], device=upstream.model.device)
     with torch.no_grad():
         generated = upstream.model.generate(  # type: ignore[operator]
             input_ids=prompt,
