@@ -6,6 +6,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     HF_HUB_OFFLINE=1 \
     TIKTOKEN_CACHE_DIR=/opt/semcache/tiktoken \
+    SEMCACHE_EMBEDDING_CACHE_DIR=/opt/semcache/models \
     SEMCACHE_HOST=0.0.0.0 \
     SEMCACHE_PORT=8080 \
     SEMCACHE_DATA_DIR=/app/index
@@ -19,9 +20,10 @@ COPY pyproject.toml README.md ./
 COPY semcache ./semcache
 RUN pip install . \
     && python -c "from pathlib import Path; from semcache.tokens import seed_tiktoken_cache; seed_tiktoken_cache(Path('/opt/semcache/tiktoken'))" \
+    && python -c "from pathlib import Path; from semcache.embedders import load_embedder; load_embedder('all-MiniLM-L6-v2', 1, 'onnx-int8', Path('/opt/semcache/models'))" \
     && useradd --create-home --uid 10001 semcache \
     && mkdir -p /app/index \
-    && chown semcache:semcache /app/index
+    && chown semcache:semcache /app/index /opt/semcache/models
 
 USER semcache
 VOLUME ["/app/index"]

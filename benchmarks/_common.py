@@ -15,13 +15,14 @@ from semcache.testing.servers import free_port
 
 
 @contextmanager
-def standin_process(latency_s: float = 0.0) -> Iterator[str]:
+def standin_process(latency_s: float = 0.0, jitter_s: float = 0.0) -> Iterator[str]:
     """The stand-in upstream in its own process, so it does not share the client's interpreter;
-    yields its OpenAI base URL once it answers."""
+    yields its OpenAI base URL once it answers. Each answer waits ``latency_s`` plus up to
+    ``jitter_s`` more (fixed per prompt)."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "semcache.testing.standin_upstream", "--port", str(port),
-         "--latency-s", str(latency_s), "--log-level", "warning"]
+         "--latency-s", str(latency_s), "--latency-jitter-s", str(jitter_s), "--log-level", "warning"]
     )  # fmt: skip
     try:
         _wait_for(f"http://127.0.0.1:{port}/v1/models", process)

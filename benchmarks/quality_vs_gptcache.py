@@ -217,24 +217,33 @@ def gptcache_requirements() -> list[str]:
     return [f"torch=={torch}", f"gptcache=={GPTCACHE_VERSION}", *same, "sqlalchemy==2.1.9"]
 
 
+def built_gptcache_venv(venv: Path = GPTCACHE_VENV) -> Path | None:
+    """The GPTCache venv's python when the venv is complete with today's requirements, else None."""
+    python = venv / "bin" / "python"
+    marker = venv / ".benchmark-requirements"
+    if python.exists() and marker.exists() and marker.read_text().split() == gptcache_requirements():
+        return python
+    return None
+
+
 def ensure_gptcache_venv(venv: Path = GPTCACHE_VENV) -> Path:
     """Create or complete the throwaway GPTCache venv; return its python."""
+    if (built := built_gptcache_venv(venv)) is not None:
+        return built
     python = venv / "bin" / "python"
     requirements = gptcache_requirements()
     marker = venv / ".benchmark-requirements"
-    if python.exists() and marker.exists() and marker.read_text().split() == requirements:
-        return python
     stderr.print(f"[bold]Setting up GPTCache in {venv}[/bold] (first run only: about a minute, 1.6 GB of disk)")
     if not python.exists():
-        _step(f"creating the venv {venv}", [sys.executable, "-m", "venv", str(venv)])
+        run_step(f"creating the venv {venv}", [sys.executable, "-m", "venv", str(venv)])
     # torch alone first, so that nothing after it can pull the multi-GB CUDA build.
-    _step(f"installing {requirements[0]} (CPU build)", [str(python), "-m", "pip", "install", "-q", requirements[0]])
-    _step("installing " + ", ".join(requirements[1:]), [str(python), "-m", "pip", "install", "-q", *requirements])
+    run_step(f"installing {requirements[0]} (CPU build)", [str(python), "-m", "pip", "install", "-q", requirements[0]])
+    run_step("installing " + ", ".join(requirements[1:]), [str(python), "-m", "pip", "install", "-q", *requirements])
     marker.write_text("\n".join(requirements) + "\n")
     return python
 
 
-def _step(what: str, command: list[str]) -> None:
+def run_step(what: str, command: list[str]) -> None:
     stderr.print(f"  {what} ...")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -253,8 +262,8 @@ def measure_gptcache(inputs: Inputs, python: Path, progress: Progress) -> CacheR
         },
         "max_size": GPTCACHE_MAX_SIZE,
     }
-    with _job_files(job) as (job_path, log_path):
-        result = _run_worker(python, job_path, log_path, progress)
+    with job_files(job) as (job_path, log_path):
+        result = run_worker(python, job_path, log_path, progress)
     results = CacheResults(config=result["config"])
     for name, rows in inputs.pairs.items():
         labels = [bool(r["duplicate"]) for r in rows]
@@ -268,14 +277,14 @@ def measure_gptcache(inputs: Inputs, python: Path, progress: Progress) -> CacheR
 
 
 @contextmanager
-def _job_files(job: dict[str, Any]) -> Iterator[tuple[Path, Path]]:
+def job_files(job: dict[str, Any]) -> Iterator[tuple[Path, Path]]:
     with tempfile.TemporaryDirectory(prefix="gptcache-job-") as folder:
         job_path = Path(folder) / "job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
         yield job_path, Path(folder) / "worker.log"
 
 
-def _run_worker(python: Path, job_path: Path, log_path: Path, progress: Progress) -> dict[str, Any]:
+def run_worker(python: Path, job_path: Path, log_path: Path, progress: Progress) -> dict[str, Any]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("PYTHONPATH", None)
     tasks: dict[str, Any] = {}

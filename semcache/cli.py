@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-import logging
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TextIO
+from urllib.parse import urlsplit
 
 import httpx
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, Group
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from .settings import Settings
+from .stats_report import stats_report
 
 app = typer.Typer(
     help="semcache: a semantic cache in front of OpenAI-compatible chat APIs.",
@@ -59,12 +66,27 @@ def serve(
     redis_url: Annotated[
         str | None, typer.Option(help="Redis URL, with --store redis. (env SEMCACHE_REDIS_URL)")
     ] = None,
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    api_keys: Annotated[
+        Path | None,
+        typer.Option(help="JSON/YAML map of client API key to its namespaces. (env SEMCACHE_API_KEYS_FILE)"),
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="debug, info, warning or error. (env SEMCACHE_LOG_LEVEL; default info)")
+    ] = None,
+    log_format: Annotated[
+        str | None, typer.Option(help="'json' (one object per line) or 'text'. (env SEMCACHE_LOG_FORMAT; default json)")
+    ] = None,
 ) -> None:
-    """Run the caching proxy."""
+    """Run the caching proxy.
+
+    The admin key has no flag, so that it never shows in `ps`: set SEMCACHE_ADMIN_KEY (or admin-key
+    in the --config file).
+    """
     import uvicorn
 
+    from .logs import configure_logging
     from .server import create_app
+    from .server.access import AccessPolicy
 
     flags = {
         "host": host,
@@ -80,37 +102,114 @@ def serve(
         "model": model,
         "store": store,
         "redis_url": redis_url,
+        "api_keys_file": api_keys,
+        "log_level": log_level,
+        "log_format": log_format,
     }
     settings = _settings({k: v for k, v in flags.items() if v is not None})
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        application = create_app(settings)
+        access = AccessPolicy.from_file(settings.api_keys_file)
+    except (OSError, ValueError) as exc:
+        _fail(f"cannot read the API keys: {exc}")
+    try:
+        application = create_app(settings, access=access)
     except (OSError, ValueError) as exc:
         _fail(str(exc))
-    uvicorn.run(application, host=settings.host, port=settings.port, log_level=log_level.lower())
+    # Only once the app is built: a refused start leaves the process's logging as it found it.
+    configure_logging(settings.log_level, settings.log_format, secrets=_secrets(settings, access.keys))
+    # uvicorn's loggers go through the one redacting handler; its access log is replaced by ours.
+    uvicorn.run(
+        application,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,
+        access_log=False,
+    )
 
 
-@app.command(epilog="Example: semcache stats --url http://127.0.0.1:8080")
+def _secrets(settings: Settings, client_keys: list[str]) -> list[str | None]:
+    """Every secret the configuration holds, for the log redactor to blank out."""
+    passwords = [urlsplit(url).password for url in (settings.redis_url, settings.upstream_url)]
+    return [settings.upstream_api_key, settings.admin_key, *passwords, *client_keys]
+
+
+@app.command(
+    epilog="Examples: semcache stats --url http://127.0.0.1:8080 | semcache stats --watch --interval 5 | "
+    "semcache stats --json"
+)
 def stats(
     url: Annotated[str, typer.Option(help="Base URL of a running semcache.")] = "http://127.0.0.1:8080",
-    as_json: Annotated[bool, typer.Option("--json", help="Print raw JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print raw JSON (one line per refresh with --watch).")
+    ] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh in place until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes, with --watch.")] = 2.0,
+    count: Annotated[int | None, typer.Option(min=1, help="With --watch: stop after this many refreshes.")] = None,
 ) -> None:
-    """Show hit-rate statistics of a running service."""
+    """Show hit rates, latency percentiles, savings and top namespaces of a running service."""
+    if watch:
+        _watch_stats(url, interval, count, as_json)
+        return
+    try:
+        data = _read_stats(url)
+    except _StatsUnreadable as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    console.print(stats_report(data))
+
+
+class _StatsUnreadable(Exception):
+    pass
+
+
+def _read_stats(url: str) -> dict[str, Any]:
     try:
         response = httpx.get(f"{url.rstrip('/')}/stats", timeout=10)
         response.raise_for_status()
     except httpx.HTTPError as exc:
-        _fail(f"cannot read {url}/stats: {exc}")
+        raise _StatsUnreadable(f"cannot read {url}/stats: {exc}") from exc
     try:
         data = response.json()
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        _fail(f"{url}/stats did not answer with semcache statistics (a JSON object)")
-    if as_json:
-        typer.echo(json.dumps(data, indent=2))
-        return
-    console.print(_stats_table(data))
+        raise _StatsUnreadable(f"{url}/stats did not answer with semcache statistics (a JSON object)")
+    return data
+
+
+def _watch_stats(url: str, interval_s: float, count: int | None, as_json: bool) -> None:
+    """Read the figures every ``interval_s`` until Ctrl-C (or ``count`` times). A server that cannot
+    be read is reported in place, and watched on: it may be restarting."""
+    from rich.live import Live
+
+    def readings() -> Iterator[tuple[dict[str, Any] | None, str | None]]:
+        for refresh in itertools.count(1):
+            try:
+                yield _read_stats(url), None
+            except _StatsUnreadable as exc:
+                yield None, str(exc)
+            if count is not None and refresh >= count:
+                return
+            time.sleep(interval_s)
+
+    with suppress(KeyboardInterrupt):
+        if as_json:
+            for data, problem in readings():
+                typer.echo(json.dumps(data) if data is not None else f"error: {problem}", err=data is None)
+            return
+        with Live(console=console, auto_refresh=False) as live:
+            for data, problem in readings():
+                live.update(_watch_view(url, interval_s, data, problem), refresh=True)
+
+
+def _watch_view(url: str, interval_s: float, data: dict[str, Any] | None, problem: str | None) -> Group:
+    footer = Text(f"{url}, read at {time.strftime('%H:%M:%S')}, every {interval_s:g} s; Ctrl-C stops", style="dim")
+    if data is None:
+        return Group(Text(f"error: {problem}", style="red"), footer)
+    return Group(stats_report(data), footer)
 
 
 eval_app = typer.Typer(help="Measure hit quality on labelled data.", no_args_is_help=True)
@@ -200,13 +299,22 @@ def _eval_overrides(threshold: float | None, guards: str | None, config: Path | 
 
 
 def _eval_parts(settings: Settings) -> tuple[Any, Any, Any]:
-    from .embedders import load_embedder
+    from .embedders import load_embedder, load_routed
     from .evaluation.embedding_cache import CachedEmbedder
     from .quality import default_policy
     from .verifiers import load_verifier
 
     try:
-        embedder = CachedEmbedder(load_embedder(settings.embedding_model))
+        # Each text to its script's model, as the service routes prompts.
+        routed = load_routed(
+            settings.embedding_model,
+            settings.multilingual_embedding_model,
+            {},
+            lambda name: load_embedder(
+                name, settings.embed_threads, settings.embedding_backend, settings.embedding_export_dir
+            ),
+        )
+        embedder = CachedEmbedder(routed)
         verifier = load_verifier(settings)
     except (OSError, ValueError) as exc:
         _fail(str(exc))
@@ -226,25 +334,6 @@ def _progress(quiet: bool) -> Progress:
     return Progress(console=Console(stderr=True), transient=True, disable=False)
 
 
-def _stats_table(data: dict[str, Any]) -> Table:
-    table = Table(title="semcache")
-    for column in ("namespace", "requests", "hits", "misses", "bypass", "hit rate"):
-        table.add_column(column, justify="left" if column == "namespace" else "right")
-    rows = [("all", data), *sorted(data.get("by_namespace", {}).items())]
-    for name, counts in rows:
-        table.add_row(
-            name,
-            *(str(counts.get(k, 0)) for k in ("requests", "hits", "misses", "bypass")),
-            f"{counts.get('hit_rate', 0.0):.1%}",
-        )
-    tiers = data.get("tiers", {})
-    table.caption = (
-        f"entries: {data.get('entries')}   tiers: exact {tiers.get('exact', 0)}, "
-        f"template {tiers.get('template', 0)}, semantic {tiers.get('semantic', 0)}"
-    )
-    return table
-
-
 def _settings(values: dict[str, Any]) -> Settings:
     try:
         return Settings(**values)
@@ -258,6 +347,341 @@ def _settings(values: dict[str, Any]) -> Settings:
 def _fail(message: str) -> NoReturn:
     console.print(f"[red]error:[/red] {message}")
     raise typer.Exit(2)
+
+
+# -- semcache admin: the /admin API from the command line -------------------------------------
+
+admin_app = typer.Typer(
+    help="Manage a running service: list, search, delete, flush, export and import entries; reload templates.",
+    no_args_is_help=True,
+)
+app.add_typer(admin_app, name="admin")
+
+UrlOption = Annotated[str, typer.Option("--url", help="Base URL of a running semcache.")]
+AdminKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--admin-key",
+        envvar="SEMCACHE_ADMIN_KEY",
+        help="The admin key; prefer the environment variable, since flags show in ps.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")]
+NamespaceOption = Annotated[str | None, typer.Option(help="Only this namespace.")]
+TextOption = Annotated[str | None, typer.Option(help="Prompt or answer contains this (case-insensitive).")]
+_DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class _AdminClient:
+    """The /admin API over HTTP; every failure becomes a one-line error and exit code 2."""
+
+    def __init__(self, url: str, admin_key: str | None, timeout_s: float = 600.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {admin_key}"} if admin_key else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def __enter__(self) -> _AdminClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.http.close()
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            _fail(f"cannot reach {self.url}: {exc}")
+        self.check(response)
+        try:
+            return response.json()
+        except ValueError:
+            _fail(f"{self.url}{path} did not answer with JSON; is it a semcache?")
+
+    def check(self, response: httpx.Response) -> None:
+        if response.status_code < 400:
+            return
+        try:
+            message = str(response.json()["error"]["message"])
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:200] or response.reason_phrase
+        key_hint = " (pass --admin-key or set SEMCACHE_ADMIN_KEY)"
+        hints = {401: key_hint, 403: key_hint, 413: " (an import sends less at once with a smaller --chunk-bytes)"}
+        hint = hints.get(response.status_code, "")
+        _fail(f"{response.status_code} from {self.url}: {message}{hint}")
+
+
+@admin_app.command(
+    "entries",
+    epilog="Examples:\n\n"
+    "semcache admin entries --namespace support\n\n"
+    "semcache admin entries --text refund --limit 20\n\n"
+    "semcache admin entries --query 'How do I reset my password?' --min-similarity 0.8 --json",
+)
+def admin_entries(
+    namespace: NamespaceOption = None,
+    text: TextOption = None,
+    query: Annotated[str | None, typer.Option(help="Search semantically: entries near this question.")] = None,
+    min_similarity: Annotated[
+        float | None, typer.Option(help="With --query: least cosine (0-1); default: the namespace's threshold.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Entries per page.")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="The next page: the cursor the previous page printed.")] = None,
+    max_chars: Annotated[int, typer.Option(min=0, help="Cut prompts and answers; 0: whole.")] = 60,
+    url: UrlOption = _DEFAULT_URL,
+    admin_key: AdminKeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List cache entries, filtered by namespace or text, or searched by meaning."""
+    params = {"namespace": namespace, "text": text, "query": query, "min_similarity": min_similarity,
+              "limit": limit, "cursor": cursor, "max_chars": 0 if as_json else max_chars}  # fmt: skip
+    with _AdminClient(url, admin_key) as client:
+        page = client.call("GET", "/admin/entries", params=_present(params))
+    if as_json:
+        typer.echo(json.dumps(page, indent=2))
+        return
+    table = _entries_table(page["data"], semantic=query is not None)
+    if page.get("next_cursor"):
+        table.caption = f"more: --cursor {page['next_cursor']}"
+    console.print(table)
+
+
+@admin_app.command(
+    "delete",
+    epilog="Examples:\n\n"
+    "semcache admin delete 17 42\n\n"
+    "semcache admin delete --namespace old-tenant --yes\n\n"
+    "semcache admin delete --older-than-s 86400 --dry-run\n\n"
+    "semcache admin delete --query 'What is our refund policy?' --min-similarity 0.85",
+)
+def admin_delete(
+    ids: Annotated[list[int] | None, typer.Argument(help="Entry ids.", show_default=False)] = None,
+    namespace: NamespaceOption = None,
+    text: TextOption = None,
+    older_than_s: Annotated[
+        float | None, typer.Option(min=0, help="Entries created more than this many seconds ago.")
+    ] = None,
+    query: Annotated[str | None, typer.Option(help="Forget everything near this question.")] = None,
+    min_similarity: Annotated[
+        float | None, typer.Option(help="With --query: least cosine (0-1); default: the namespace's threshold.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be deleted.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    url: UrlOption = _DEFAULT_URL,
+    admin_key: AdminKeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete entries by id, namespace, text, age or meaning. Every filter given must match."""
+    if as_json and not (yes or dry_run):
+        _fail("--json needs --yes (or --dry-run): a script cannot answer the confirmation")
+    body = _present({"ids": ids or None, "namespace": namespace, "text": text, "older_than_s": older_than_s,
+                     "query": query, "min_similarity": min_similarity})  # fmt: skip
+    with _AdminClient(url, admin_key) as client:
+        if dry_run or not yes:
+            shown = {"dry_run": True, "limit": 20, "max_chars": 0 if as_json else 60}
+            preview = client.call("POST", "/admin/entries/delete", json={**body, **shown})
+            if as_json:
+                typer.echo(json.dumps(preview, indent=2))
+                return
+            console.print(_entries_table(preview["data"], semantic=query is not None))
+            console.print(f"{preview['matched']} entries match.")
+            if dry_run or not preview["matched"]:
+                return
+            typer.confirm(f"Delete {preview['matched']} entries?", abort=True)
+        result = client.call("POST", "/admin/entries/delete", json={**body, "limit": 0})
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        console.print(f"deleted {result['deleted']} entries")
+
+
+@admin_app.command("flush", epilog="Example: semcache admin flush --yes --url http://127.0.0.1:8080")
+def admin_flush(
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    url: UrlOption = _DEFAULT_URL,
+    admin_key: AdminKeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete every entry of the cache (with Redis: on every replica)."""
+    if not yes:
+        if as_json:
+            _fail("--json needs --yes: a script cannot answer the confirmation")
+        typer.confirm(f"Delete every entry of {url}?", abort=True)
+    with _AdminClient(url, admin_key) as client:
+        result = client.call("POST", "/admin/flush", json={"confirm": True})
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        console.print(f"deleted {result['deleted']} entries")
+
+
+@admin_app.command("reload-templates", epilog="Example: semcache admin reload-templates --url http://127.0.0.1:8080")
+def admin_reload_templates(
+    url: UrlOption = _DEFAULT_URL, admin_key: AdminKeyOption = None, as_json: JsonOption = False
+) -> None:
+    """Re-read the server's --templates file and serve it at once (a bad file changes nothing)."""
+    with _AdminClient(url, admin_key) as client:
+        result = client.call("POST", "/admin/templates/reload")
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    shared = " and shared with the other replicas" if result.get("shared") else ""
+    console.print(f"reloaded {result['templates']} templates ({result['phrasings']} phrasings){shared}")
+
+
+@admin_app.command(
+    "export",
+    epilog="Examples:\n\n"
+    "semcache admin export backup.jsonl\n\n"
+    "semcache admin export support.jsonl --namespace support --vectors\n\n"
+    "semcache admin export - | gzip > backup.jsonl.gz",
+)
+def admin_export(
+    file: Annotated[str, typer.Argument(help="JSONL file to write; '-' for standard output.")],
+    namespace: NamespaceOption = None,
+    text: TextOption = None,
+    vectors: Annotated[
+        bool, typer.Option("--vectors", help="Include vectors, so an import with the same model skips embedding.")
+    ] = False,
+    url: UrlOption = _DEFAULT_URL,
+    admin_key: AdminKeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Export entries as JSONL, one entry per line, to warm another deployment."""
+    params = _present({"namespace": namespace, "text": text, "vectors": vectors or None})
+    with _AdminClient(url, admin_key) as client:
+        count = _export_to(client, file, params)
+    if as_json:
+        typer.echo(json.dumps({"exported": count, "file": file}))
+    elif file != "-":
+        console.print(f"exported {count} entries to {file}")
+
+
+def _export_to(client: _AdminClient, file: str, params: dict[str, Any]) -> int:
+    """Stream the export into ``file`` line by line; returns the number of entries written."""
+    count = 0
+    try:
+        with client.http.stream("GET", "/admin/entries/export", params=params) as response:
+            if response.status_code >= 400:
+                response.read()
+                client.check(response)
+            with _open_output(file) as out, _progress(quiet=True) as progress:
+                task = progress.add_task("exporting", total=None)
+                for line in response.iter_lines():
+                    if line.startswith('{"error"'):
+                        _fail(f"the export stopped after {count} entries: {json.loads(line)['error']['message']}")
+                    if line:
+                        out.write(line + "\n")
+                        count += 1
+                        progress.update(task, completed=count, description=f"exported {count}")
+    except httpx.HTTPError as exc:
+        _fail(f"the export from {client.url} failed after {count} entries: {exc}")
+    except OSError as exc:
+        _fail(f"cannot write {file}: {exc}")
+    return count
+
+
+@admin_app.command(
+    "import",
+    epilog="Examples:\n\n"
+    "semcache admin import backup.jsonl --url http://new-host:8080\n\n"
+    "semcache admin import big.jsonl --chunk-bytes 500000 --json",
+)
+def admin_import(
+    file: Annotated[
+        Path, typer.Argument(help="JSONL written by 'semcache admin export'.", exists=True, dir_okay=False)
+    ],
+    chunk_bytes: Annotated[
+        int, typer.Option(min=1024, help="Most bytes per request; keep it under the server's max_body_bytes.")
+    ] = 1_000_000,
+    url: UrlOption = _DEFAULT_URL,
+    admin_key: AdminKeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Import entries from JSONL: sent in chunks of whole lines, embedded and stored by the server."""
+    with _AdminClient(url, admin_key) as client:
+        totals = _import_from(client, file, chunk_bytes)
+    if as_json:
+        typer.echo(json.dumps(totals, indent=2))
+        return
+    console.print(
+        f"{totals['lines']} lines: imported {totals['imported']} ({totals['embedded']} embedded, "
+        f"{totals['replaced']} replaced an entry), skipped {totals['skipped']} expired, failed {totals['failed']}"
+    )
+    for error in totals["errors"][:20]:
+        console.print(f"  line {error['line']}: {error['message']}")
+
+
+def _import_from(client: _AdminClient, file: Path, chunk_bytes: int) -> dict[str, Any]:
+    """Send ``file`` in chunks under a progress bar; returns the servers' reports added up."""
+    counts = ("lines", "imported", "replaced", "skipped", "embedded", "failed")
+    totals: dict[str, Any] = {**dict.fromkeys(counts, 0), "errors": []}
+    try:
+        with _progress(quiet=True) as progress:
+            task = progress.add_task("importing", total=file.stat().st_size)
+            for first_line, chunk in _line_chunks(file, chunk_bytes):
+                report = client.call("POST", "/admin/entries/import", params={"first_line": first_line},
+                                     content=chunk, headers={"Content-Type": "application/x-ndjson"})  # fmt: skip
+                for name in counts:
+                    totals[name] += int(report.get(name, 0))
+                totals["errors"] += report.get("errors", [])
+                progress.update(task, advance=len(chunk), description=f"imported {totals['imported']}, "
+                                f"skipped {totals['skipped']}, failed {totals['failed']}")  # fmt: skip
+    except OSError as exc:
+        _fail(f"cannot read {file}: {exc}")
+    return totals
+
+
+def _line_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """Whole lines, at most ``chunk_bytes`` together (one longer line goes alone), with the
+    number of each chunk's first line."""
+    parts: list[bytes] = []
+    size, first = 0, 1
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if parts and size + len(line) > chunk_bytes:
+                yield first, b"".join(parts)
+                parts, size, first = [], 0, number
+            parts.append(line)
+            size += len(line)
+    if parts:
+        yield first, b"".join(parts)
+
+
+@contextmanager
+def _open_output(file: str) -> Iterator[TextIO]:
+    if file == "-":
+        yield sys.stdout
+        return
+    with open(file, "w", encoding="utf-8") as handle:
+        yield handle
+
+
+def _entries_table(entries: list[dict[str, Any]], *, semantic: bool) -> Table:
+    table = Table(title="semcache entries")
+    columns = ["id", "namespace", "model", "prompt", "answer", "hits", "created"]
+    if semantic:
+        columns.append("similarity")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("id", "hits", "similarity") else "left")
+    for entry in entries:
+        row = [str(entry["id"]), entry["namespace"], entry["model"], entry["prompt"], entry["answer"],
+               str(entry["hits"]), _age(entry["created_at"])]  # fmt: skip
+        if semantic:
+            row.append(f"{entry.get('similarity') or 0:.3f}")
+        table.add_row(*row)
+    return table
+
+
+def _age(timestamp: float) -> str:
+    seconds = max(time.time() - timestamp, 0)
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def _present(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
 
 
 if __name__ == "__main__":

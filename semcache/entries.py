@@ -49,3 +49,24 @@ class RemovedEntry:
 
     id: int
     scope: str
+
+
+@dataclass(frozen=True)
+class EntryQuery:
+    """Which entries an operator means; every field given must match, and none given means all."""
+
+    namespace: str | None = None
+    text: str | None = None  # a substring of the prompt or the answer, compared case-insensitively
+    created_before: float | None = None  # only entries created before this time
+
+    def matches(self, entry: CacheEntry) -> bool:
+        if self.namespace is not None and entry.namespace != self.namespace:
+            return False
+        if self.created_before is not None and not entry.created_at < self.created_before:
+            return False
+        return self.text is None or contains_text(entry.prompt, self.text) or contains_text(entry.answer, self.text)
+
+
+def contains_text(haystack: str, needle: str) -> bool:
+    """Case-insensitive substring test, the same in every store."""
+    return needle.casefold() in haystack.casefold()

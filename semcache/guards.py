@@ -7,6 +7,10 @@ miss. Each guard compares the incoming prompt with the cached prompt and is on o
 - ``entities``: a name, acronym or model code in one side is absent from the other
   ("Idaho" vs "Montana", "UK" vs "US", "Rockrider 340" vs "Rockrider 300").
 - ``order``: the same two names or words in swapped roles ("Kobe ... LeBron" vs "LeBron ... Kobe").
+- ``roles``: Chinese text whose two sides trade places around a verb of giving or moving
+  ("男生送女生" vs "女生送男生", "银行卡转入支付宝" vs "支付宝转入银行卡").
+
+``numbers`` also reads Chinese numerals in Chinese text ("十一月" is 11, "三百五十" is 350).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-GUARD_NAMES = ("numbers", "negation", "antonyms", "entities", "order")
+from . import chinese
+
+GUARD_NAMES = ("numbers", "negation", "antonyms", "entities", "order", "roles")
 
 _NUMBER_WORDS = {
     "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
@@ -76,7 +82,7 @@ class _Text:
 
 
 def _numbers(text: _Text) -> set[str]:
-    found = set()
+    found = set(chinese.numbers(text.raw)) if chinese.has_han(text.raw) else set()
     for token in text.tokens:
         if any(ch.isdigit() for ch in token) and not any(ch.isalpha() for ch in token):
             found.add(token.replace(",", "").rstrip("."))
@@ -171,6 +177,15 @@ def _content_positions(text: _Text) -> dict[str, int]:
     return {word: at for word, at in positions.items() if counts[word] == 1}
 
 
+def roles(query: _Text, cached: _Text) -> GuardResult:
+    """Swapped roles or direction in Chinese text; Latin text always passes (see ``order``)."""
+    swapped = chinese.swapped_roles(query.raw, cached.raw)
+    if swapped is None:
+        return GuardResult("roles", True)
+    first, second, marker = swapped
+    return GuardResult("roles", False, f"{first!r} and {second!r} swap sides of {marker!r}")
+
+
 def _stem(word: str) -> str:
     for suffix in ("ies", "es", "s"):
         if len(word) > len(suffix) + 2 and word.endswith(suffix):
@@ -184,6 +199,7 @@ _GUARDS: dict[str, Callable[[_Text, _Text], GuardResult]] = {
     "antonyms": antonyms,
     "entities": entities,
     "order": order,
+    "roles": roles,
 }
 
 

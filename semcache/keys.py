@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import guards
+from .language import Script, detect_script
 from .wire import ChatCompletionRequest, Message
 
 KEY_VERSION = "1"
@@ -24,11 +25,29 @@ _NOT_ANSWER_SHAPING = {"messages", "model", "stream", "stream_options", "user", 
 
 _WHITESPACE = re.compile(r"\s+")
 _TRAILING_PUNCTUATION = ".?!,;:。？！，、：；…"
+# Han, kana and the CJK symbols and punctuation block (。、「」...): text written without spaces.
+_CJK = "\u3000-\u303f\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_HAS_CJK = re.compile(f"[{_CJK}]")
+# Whitespace between two CJK characters, or between one and a punctuation mark ("你好, 世界").
+_PUNCT = "!-/:-@\\[-`{-~"
+_SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}])\\s+(?=[{_CJK}{_PUNCT}])|(?<=[{_PUNCT}])\\s+(?=[{_CJK}])")
+# Chinese punctuation that NFKC leaves alone, as its ASCII counterpart (NFKC already folds the
+# full-width ？！，：；), so that "接通电话？" and "接通电话?" are one exact entry.
+_CJK_PUNCTUATION = str.maketrans({"。": ".", "、": ",", "“": '"', "”": '"', "「": '"', "」": '"', "『": '"',
+                                  "』": '"', "‘": "'", "’": "'", "～": "~", "〜": "~"})  # fmt: skip
 
 
 def normalize(text: str) -> str:
-    """NFKC, case folding, collapsed whitespace, and trailing punctuation trimmed."""
+    """NFKC, case folding, collapsed whitespace, and trailing punctuation trimmed.
+
+    Chinese and Japanese text also has its Chinese punctuation read as ASCII and its whitespace
+    between CJK characters dropped (they put no spaces between words). Other text, English that
+    quotes a Chinese word included, is normalised exactly as before: existing exact keys stay valid.
+    """
     folded = unicodedata.normalize("NFKC", text).casefold()
+    if _HAS_CJK.search(folded) and detect_script(folded) != "latin":
+        folded = _SPACE_BY_CJK.sub("", folded).translate(_CJK_PUNCTUATION)
+        return _WHITESPACE.sub(" ", folded).strip().rstrip(_TRAILING_PUNCTUATION + "~ ")
     collapsed = _WHITESPACE.sub(" ", folded).strip()
     return collapsed.rstrip(_TRAILING_PUNCTUATION + " ")
 
@@ -45,6 +64,9 @@ class RequestKey:
     exact: str  # hex digest of scope and normalised prompt
     has_history: bool  # earlier user or assistant turns exist (a system prompt alone does not count)
     system_prompt_hash: str  # hex digest of the system and developer messages only
+    # The prompt's script. It picks the embedding model and the threshold, and is part of the scope
+    # for non-Latin prompts only, so every index partition holds vectors of one model.
+    language: Script = "latin"
 
 
 def message_text(message: Message) -> str | None:
@@ -91,7 +113,11 @@ def request_key(request: ChatCompletionRequest, namespace: str, *, standalone: b
     system = [c for c in context if c.get("role") in ("system", "developer")]
     if standalone:
         context = system
-    scope = _digest({"ns": namespace, "model": request.model, "context": context, "params": params})
+    language = detect_script(prompt)
+    parts = {"ns": namespace, "model": request.model, "context": context, "params": params}
+    if language != "latin":  # Latin prompts keep the scopes (and entries) they always had
+        parts["lang"] = language
+    scope = _digest(parts)
     normalized = normalize(prompt)
     return RequestKey(
         namespace=namespace,
@@ -102,6 +128,7 @@ def request_key(request: ChatCompletionRequest, namespace: str, *, standalone: b
         exact=_digest({"scope": scope, "prompt": normalized}),
         has_history=len(system) != len(context),
         system_prompt_hash=_digest(system),
+        language=language,
     )
 
 

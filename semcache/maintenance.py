@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from .embedders import BatchingEmbedder
+from .embedders.routing import EmbeddingRoutes
 from .errors import StoreUnavailable
 from .index import ScopedVectorIndex
+from .language import detect_script
 from .pipeline import Pipeline
 from .protocols import Store
 from .stores import SQLiteStore
@@ -35,8 +37,9 @@ async def restore_index(
     """Bring ``index`` up to date with the embedded store; returns what it did, for the logs."""
     started = time.monotonic()
     model = embedder.embedder.name
-    if await store.get_meta(_MODEL_META_KEY) not in (None, model):
-        await _reembed_everything(store, embedder)
+    previous = await store.get_meta(_MODEL_META_KEY)
+    if previous not in (None, model):
+        await _reembed_changed(store, embedder, EmbeddingRoutes.parse(previous))
     await store.set_meta(_MODEL_META_KEY, model)
     loaded = await load_snapshot(index, snapshot_dir, model) is not None
     report = {"snapshot_loaded": float(loaded), **await reconcile_index(store, index)}
@@ -79,14 +82,37 @@ def _add_grouped(index: ScopedVectorIndex, ids: list[int], scopes: list[str], ve
         index.add(scope, np.asarray([ids[r] for r in rows]), vectors[rows])
 
 
-async def _reembed_everything(store: SQLiteStore, embedder: BatchingEmbedder) -> None:
-    prompts = await store.prompts()
-    log.warning("embedding model changed: re-embedding %d stored prompts", len(prompts))
-    for start in range(0, len(prompts), 1024):
-        batch = prompts[start : start + 1024]
-        vectors = await embedder.embed_many([prompt for _, prompt in batch])
-        await store.set_vectors([entry_id for entry_id, _ in batch], vectors)
-        log.info("re-embedded %d/%d prompts", start + len(batch), len(prompts))
+async def _reembed_changed(store: SQLiteStore, embedder: BatchingEmbedder, previous: EmbeddingRoutes) -> None:
+    """Re-embed the stored prompts whose model changed: adding a model for Chinese leaves the
+    English entries' vectors as they are."""
+    routes = embedder.router.routes
+    resized = await _stored_dimension(store) not in (None, embedder.dimension)  # every vector must change size
+    changed = [
+        (entry_id, prompt, model)
+        for entry_id, namespace, prompt in await store.prompts()
+        if (model := routes.model_for(namespace, script := detect_script(prompt)))
+        != previous.model_for(namespace, script)
+        or resized
+    ]
+    log.warning("embedding models changed: re-embedding %d stored prompts", len(changed))
+    for start in range(0, len(changed), 1024):
+        batch = changed[start : start + 1024]
+        by_model: dict[str, list[int]] = {}
+        for row, (_, _, model) in enumerate(batch):
+            by_model.setdefault(model, []).append(row)
+        vectors = np.zeros((len(batch), embedder.dimension), dtype=np.float32)
+        for model, rows in by_model.items():
+            vectors[rows] = await embedder.embed_many([batch[row][1] for row in rows], model)
+        await store.set_vectors([entry_id for entry_id, _, _ in batch], vectors)
+        log.info("re-embedded %d/%d prompts", start + len(batch), len(changed))
+
+
+async def _stored_dimension(store: SQLiteStore) -> int | None:
+    ids = await store.stored_ids()
+    if not ids:
+        return None
+    _, _, vectors = await store.vectors_for([min(ids)])
+    return int(vectors.shape[1]) if len(vectors) else None
 
 
 @dataclass

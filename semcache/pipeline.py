@@ -25,11 +25,12 @@ from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
 from .keys import RequestKey, bypass_reason, conversation_text, reads_standalone, request_key
 from .limits import fit_context
+from .observer import NullObserver, Observer, timed
 from .protocols import Store, Upstream, Verifier
 from .quality import DecisionLog, NamespacePolicies
 from .stats import Stats
 from .tiers import ExactTier, Hit, SemanticTier, TemplateTier
-from .tokens import TokenCounter
+from .tokens import PriceTable, TokenCounter
 from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion_id, usage_chunk
 
 log = logging.getLogger("semcache.pipeline")
@@ -64,6 +65,7 @@ class Lookup:
     vector: np.ndarray | None = None
     # Set when the answer came from another request's upstream call: "exact" or "semantic".
     coalesced_tier: Literal["exact", "semantic"] | None = None
+    usage: dict[str, int] | None = None  # of a hit, counted once
 
     @property
     def outcome(self) -> Literal["hit", "miss", "bypass"]:
@@ -98,6 +100,8 @@ class Pipeline:
     cache_tool_calls: bool = False  # store answers that call tools; served on exact matches only
     coalesce: bool = True
     coalesce_wait_s: float = 30.0  # longest a semantic match waits for a similar request in flight
+    prices: PriceTable = field(default_factory=PriceTable)  # to estimate the money hits saved
+    observer: Observer = field(default_factory=NullObserver)  # metrics hooks
     clock: Callable[[], float] = time.time
     decisions: DecisionLog = field(default_factory=DecisionLog)
     served: ServedHits = field(default_factory=ServedHits)
@@ -106,8 +110,10 @@ class Pipeline:
     pending_touches: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.exact = ExactTier(self.store)
-        self.semantic = SemanticTier(self.index, self.store, self.policies, self.verifier, self.decisions.add)
+        self.exact = ExactTier(self.store, self.observer)
+        self.semantic = SemanticTier(
+            self.index, self.store, self.policies, self.verifier, self.decisions.add, observer=self.observer
+        )
 
     async def start(self) -> None:
         """Load what the tiers learned from earlier feedback."""
@@ -129,6 +135,7 @@ class Pipeline:
                 return Lookup(request, namespace, controls, key=None, bypass_reason="store_unavailable")
         if lookup.hit is not None and lookup.hit.entry_id is not None:
             self.pending_touches[lookup.hit.entry_id] = self.clock()
+        log.debug("lookup: %s", "hit" if lookup.hit else "no hit", extra={"namespace": namespace, "tier": lookup.tier})
         return lookup
 
     async def _key(self, request: ChatCompletionRequest, namespace: str) -> tuple[RequestKey, np.ndarray | None]:
@@ -136,8 +143,9 @@ class Pipeline:
         key = request_key(request, namespace)
         if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
             return key, None
+        model = self.embedding_model(key)  # the conversation too: cosines across models mean nothing
         prompt_vector, context_vector = await asyncio.gather(
-            self.embedder.embed(key.prompt), self.embedder.embed(conversation_text(request))
+            self.embedder.embed(key.prompt, model), self.embedder.embed(conversation_text(request), model)
         )
         if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
             return key, prompt_vector  # on the conversation's topic: its context may shape the answer
@@ -150,13 +158,40 @@ class Pipeline:
         if hit is not None:
             return hit
         if lookup.vector is None:
-            lookup.vector = await self.embedder.embed(lookup.key.prompt)
-        return self.templates.lookup_semantic(lookup.key, lookup.vector) or await self.semantic.lookup(
+            lookup.vector = await self.embedder.embed(lookup.key.prompt, self.embedding_model(lookup.key))
+        return self._template_match(lookup.key, lookup.vector) or await self.semantic.lookup(
             lookup.key, lookup.vector, now
         )
 
+    def embedding_model(self, key: RequestKey) -> str:
+        """The model for this request's namespace and script."""
+        return self.embedder.router.model_for(key.namespace, key.language)
+
+    def _template_match(self, key: RequestKey, vector: np.ndarray) -> Hit | None:
+        """Templates' phrasings are embedded by every model; the request's model's are compared. A
+        script with its own threshold never matches below it: its model's cosines run higher."""
+        threshold = self.templates.threshold
+        if key.language in (policy := self.policies.for_namespace(key.namespace)).thresholds:
+            threshold = max(threshold, policy.threshold_for(key.language))
+        return self.templates.lookup_semantic(key, vector, self.embedding_model(key), threshold)
+
     def record(self, lookup: Lookup) -> None:
         self.stats.record(lookup.namespace, lookup.outcome, lookup.tier)
+        self.observer.request(lookup.namespace, lookup.outcome, lookup.tier)
+        if lookup.hit is not None:
+            self._record_saved(lookup, self._usage(lookup))
+        # Relayed answers of another request's upstream call are counted once they are known.
+
+    def record_error(self, namespace: str) -> None:
+        self.stats.record(namespace, "error")
+        self.observer.request(namespace, "error", None)
+
+    def _record_saved(self, lookup: Lookup, usage: dict[str, int]) -> None:
+        """An answer that needed no upstream call: count the tokens it would have cost, and their price."""
+        prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+        cost = self.prices.cost_usd(lookup.request.model, prompt, completion)
+        self.stats.record_saved(lookup.namespace, prompt, completion, cost)
+        self.observer.saved(lookup.namespace, prompt, completion, cost)
 
     # -- hits --------------------------------------------------------------------------------
 
@@ -221,9 +256,15 @@ class Pipeline:
         return served
 
     def _usage(self, lookup: Lookup) -> dict[str, int]:
+        """The hit's token counts, counted once: its response and the savings both need them."""
+        if lookup.usage is None:
+            assert lookup.hit is not None
+            lookup.usage = self._count_tokens(lookup, lookup.hit.answer)
+        return lookup.usage
+
+    def _count_tokens(self, lookup: Lookup, answer: str) -> dict[str, int]:
         messages = [m.model_dump(exclude_none=True) for m in lookup.request.messages]
-        assert lookup.hit is not None
-        return self.tokens.usage(messages, lookup.hit.answer, lookup.request.model)
+        return self.tokens.usage(messages, answer, lookup.request.model)
 
     # -- misses ------------------------------------------------------------------------------
 
@@ -298,7 +339,9 @@ class Pipeline:
     async def _lead(self, lookup: Lookup, headers: dict[str, str], flight: Flight | None) -> dict[str, Any]:
         body = {**lookup.request.upstream_body(), "stream": False}
         try:
+            started = time.perf_counter()
             response = await self.upstream.complete(body, headers)
+            self.observer.stage("upstream_total", time.perf_counter() - started)
             answer = _clean_answer(response)
             if answer is not None:
                 await self._store(lookup, answer)
@@ -316,12 +359,17 @@ class Pipeline:
         self, lookup: Lookup, headers: dict[str, str], flight: Flight | None
     ) -> AsyncIterator[dict[str, Any]]:
         answer = _StreamedAnswer()
+        started, first = time.perf_counter(), True
         try:
             async for chunk in self.upstream.stream(lookup.request.upstream_body(), headers):
+                if first:
+                    self.observer.stage("upstream_first_byte", time.perf_counter() - started)
+                    first = False
                 answer.add(chunk)
                 if flight is not None:
                     await flight.publish(chunk)
                 yield chunk
+            self.observer.stage("upstream_total", time.perf_counter() - started)
             if answer.cacheable():
                 await self._store(lookup, answer.text())
             elif self.cache_tool_calls and (calls := answer.tool_call_answer()) is not None:
@@ -340,6 +388,8 @@ class Pipeline:
                 if lookup.coalesced_tier is None:
                     self._mark_followed(lookup, flight)
                 yield chunk
+            if lookup.coalesced_tier is not None:
+                self._record_saved(lookup, self._count_tokens(lookup, flight.text))
             return
         done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
         if not done.cacheable:
@@ -353,6 +403,7 @@ class Pipeline:
         """The leader's answer as one response, or None when it cannot be shared in this mode."""
         if flight.response is not None:
             self._mark_followed(lookup, flight)
+            self._record_saved(lookup, self._count_tokens(lookup, flight.text))
             return flight.response
         if not flight.cacheable:
             return None
@@ -374,7 +425,7 @@ class Pipeline:
             return False
         flight, similarity = nearest
         policy = self.policies.for_namespace(lookup.key.namespace)
-        if similarity < policy.threshold:
+        if similarity < policy.threshold_for(lookup.key.language):
             return False
         if not all(r.passed for r in guard_checks.check(lookup.key.prompt, flight.key.prompt, policy.guards)):
             return False
@@ -409,7 +460,10 @@ class Pipeline:
     async def _store_and_index(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None) -> None:
         assert lookup.key is not None
         key = lookup.key
-        vector = lookup.vector if lookup.vector is not None else await self.embedder.embed(key.prompt)
+        if lookup.vector is not None:
+            vector = lookup.vector
+        else:
+            vector = await self.embedder.embed(key.prompt, self.embedding_model(key))
         now = self.clock()
         ttl = lookup.controls.ttl_s if lookup.controls.ttl_s is not None else self.default_ttl_s
         entry = CacheEntry(
@@ -425,7 +479,8 @@ class Pipeline:
             last_access=now,
             tool_calls=tool_calls,
         )
-        entry_id, replaced = await self.store.put(entry)
+        with timed(self.observer, "store_write"):
+            entry_id, replaced = await self.store.put(entry)
         await asyncio.to_thread(self._index_entry, key.scope, entry_id, vector, [r.id for r in replaced])
 
     def _index_entry(self, scope: str, entry_id: int, vector: np.ndarray, replaced: list[int]) -> None:

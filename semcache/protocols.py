@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .entries import CacheEntry, NegativeFeedback, RemovedEntry
+from .entries import CacheEntry, EntryQuery, NegativeFeedback, RemovedEntry
 
 
 class Embedder(Protocol):
@@ -35,6 +35,10 @@ class Store(Protocol):
     async def put(self, entry: CacheEntry) -> tuple[int, list[RemovedEntry]]:
         """Store ``entry``, replacing any entry with the same exact key. Returns the new id and
         what was replaced."""
+        ...
+
+    async def put_many(self, entries: Sequence[CacheEntry]) -> list[tuple[int, list[RemovedEntry]]]:
+        """``put`` for a batch (an import), in fewer round trips; results in the order given."""
         ...
 
     async def get(self, entry_id: int) -> CacheEntry | None: ...
@@ -73,6 +77,14 @@ class Store(Protocol):
 
     def vectors(self, batch_size: int = ...) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
         """All stored vectors, in batches of (ids, scopes, matrix), for rebuilding the index."""
+        ...
+
+    def entries(
+        self, query: EntryQuery, *, after_id: int = 0, batch_size: int = ..., with_vectors: bool = False
+    ) -> AsyncIterator[list[CacheEntry]]:
+        """The stored entries that ``query`` matches, in id order from after ``after_id``, in
+        batches of at most ``batch_size`` (possibly fewer). Expired entries not yet swept are
+        included; vectors are read only ``with_vectors``. For operators, not the request path."""
         ...
 
     async def close(self) -> None: ...

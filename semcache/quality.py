@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import guards as guard_checks
+from .language import SCRIPTS
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -18,17 +19,28 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QualityPolicy:
-    """How strict the semantic tier is. ``threshold`` and the band are cosine similarities (0-1)."""
+    """How strict the semantic tier is. ``threshold`` and the band are cosine similarities (0-1).
+
+    ``thresholds`` overrides ``threshold`` per prompt script ("han", "other", "latin"): each script
+    has its own embedding model, and models spread their cosines differently (multilingual-e5
+    packs them into 0.8-1.0).
+    """
 
     threshold: float
     guards: tuple[str, ...] = ()
     # Candidates below ``verify_below`` must also pass the verifier (when one is configured).
     verify_below: float = 0.0
     verifier_min_score: float = 0.5
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+    def threshold_for(self, language: str) -> float:
+        return self.thresholds.get(language, self.threshold)
 
     def updated(self, changes: dict[str, Any]) -> QualityPolicy:
         if "guards" in changes:
             changes = {**changes, "guards": tuple(guard_checks.validate(changes["guards"]))}
+        if "thresholds" in changes:
+            changes = {**changes, "thresholds": {**self.thresholds, **validate_thresholds(changes["thresholds"])}}
         policy = replace(self, **changes)
         for name in ("threshold", "verify_below", "verifier_min_score"):
             if not 0.0 <= getattr(policy, name) <= 1.0:
@@ -37,6 +49,19 @@ class QualityPolicy:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "guards": list(self.guards)}
+
+
+def validate_thresholds(thresholds: object) -> dict[str, float]:
+    """Per-script thresholds, checked: known scripts, cosines in 0-1."""
+    if not isinstance(thresholds, dict):
+        raise ValueError(f"thresholds must map scripts ({', '.join(SCRIPTS)}) to cosines")
+    unknown = sorted(set(thresholds) - set(SCRIPTS))
+    if unknown:
+        raise ValueError(f"unknown scripts {unknown} in thresholds; choose from {list(SCRIPTS)}")
+    for script, value in thresholds.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"thresholds.{script} must be between 0 and 1")
+    return {script: float(value) for script, value in thresholds.items()}
 
 
 class NamespacePolicies:
@@ -57,7 +82,11 @@ class NamespacePolicies:
 
     def set(self, namespace: str, changes: dict[str, Any]) -> QualityPolicy:
         """Merge ``changes`` into the namespace's overrides; raises ValueError on bad values."""
-        merged = {**self._overrides.get(namespace, {}), **changes}
+        current = self._overrides.get(namespace, {})
+        merged = {**current, **changes}
+        if isinstance(changes.get("thresholds"), dict) and isinstance(current.get("thresholds"), dict):
+            # per script: setting "han" keeps the namespace's "other"
+            merged["thresholds"] = {**current["thresholds"], **changes["thresholds"]}
         policy = self.default.updated(merged)
         self._overrides[namespace] = merged
         self._policies[namespace] = policy
@@ -77,6 +106,8 @@ class Decision:
     verifier_score: float | None = None
     entry_id: int | None = None
     at: float = field(default_factory=time.time)
+    language: str = "latin"  # the query's script, which picked its model and threshold
+    threshold: float | None = None  # the threshold applied
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,4 +134,5 @@ def default_policy(settings: Settings) -> QualityPolicy:
         guards=tuple(settings.guards),
         verify_below=settings.verify_below,
         verifier_min_score=settings.verifier_min_score,
+        thresholds=dict(settings.language_thresholds),
     )

@@ -133,7 +133,7 @@ class Replica:
             return
         tier = TemplateTier(parse_templates(items, "the shared templates"), self.template_threshold)
         if tier.phrasings:
-            tier.set_vectors(await self.embedder.embed_many(tier.phrasings))
+            await tier.embed_phrasings(self.embedder)
         self.on_templates(tier)
 
     # -- following -----------------------------------------------------------------------------

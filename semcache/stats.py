@@ -1,20 +1,29 @@
-"""Hit-rate counters, per namespace and per tier.
+"""Hit-rate counters, per namespace and per tier; tokens and money saved; request latencies.
 
 Counters are kept flat (``hits``, ``tier:exact``, ``ns:<namespace>:misses``...) so that replicas
-sharing a Redis store can add theirs into one hash, and any replica can report the totals.
+sharing a Redis store can add theirs into one hash, and any replica can report the totals. Money
+saved is counted in whole micro-dollars for the same reason: the hash adds integers. Latency
+percentiles cannot be added up across replicas; they stay each replica's own.
 """
 
 from __future__ import annotations
 
+import math
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any, Literal
 
 Outcome = Literal["hit", "miss", "bypass", "error"]
+LatencyPath = Literal["exact_hit", "template_hit", "semantic_hit", "miss", "bypass", "error"]
+LATENCY_PATHS: tuple[LatencyPath, ...] = ("exact_hit", "template_hit", "semantic_hit", "miss", "bypass", "error")
 
 _OUTCOME_COUNTER = {"hit": "hits", "miss": "misses", "bypass": "bypass", "error": "errors"}
 _NAMESPACE_FIELDS = ("requests", "hits", "misses", "bypass", "errors", "reported_correct", "reported_wrong")
 TIERS = ("exact", "template", "semantic")
+_TOP_NAMESPACES = 10
+_MICRO = 1_000_000
 
 
 class Stats:
@@ -23,13 +32,19 @@ class Stats:
         self._unshared: Counter[str] = Counter()  # not yet added to the shared store
         self.embed_batches = 0
         self.embedded_prompts = 0
+        self.latencies = Latencies()  # this replica's own
+        self._cost_carry: dict[str, float] = {}  # fractions of a micro-dollar not counted yet
         self._lock = threading.Lock()
 
     def _add(self, *names: str) -> None:
         with self._lock:
-            for name in names:
-                self._counts[name] += 1
-                self._unshared[name] += 1
+            self._add_locked(dict.fromkeys(names, 1))
+
+    def _add_locked(self, amounts: dict[str, int]) -> None:
+        for name, amount in amounts.items():
+            if amount:
+                self._counts[name] += amount
+                self._unshared[name] += amount
 
     def record(self, namespace: str, outcome: Outcome, tier: str | None = None) -> None:
         counter = _OUTCOME_COUNTER[outcome]
@@ -44,6 +59,33 @@ class Stats:
     def record_feedback(self, namespace: str, correct: bool) -> None:
         verdict = "reported_correct" if correct else "reported_wrong"
         self._add(verdict, f"ns:{namespace}:{verdict}")
+
+    def record_saved(self, namespace: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None) -> None:
+        """A request answered without calling the upstream: the tokens it would have cost, and
+        their price (None when the model has no price)."""
+        amounts = {
+            "saved_prompt_tokens": prompt_tokens,
+            "saved_completion_tokens": completion_tokens,
+            f"ns:{namespace}:saved_tokens": prompt_tokens + completion_tokens,
+        }
+        with self._lock:
+            if cost_usd is None:
+                amounts["saved_unpriced"] = 1
+            else:
+                for name in ("saved_cost_microusd", f"ns:{namespace}:saved_cost_microusd"):
+                    amounts[name] = self._whole_microdollars(name, cost_usd)
+            self._add_locked(amounts)
+
+    def _whole_microdollars(self, name: str, cost_usd: float) -> int:
+        """Whole micro-dollars to count now; the fraction waits for the next hit, so that many cheap
+        hits add up to what they cost together."""
+        carried = self._cost_carry.get(name, 0.0) + cost_usd * _MICRO
+        whole = int(carried)
+        self._cost_carry[name] = carried - whole
+        return whole
+
+    def record_latency(self, path: LatencyPath, seconds: float) -> None:
+        self.latencies.record(path, seconds)
 
     def record_embed_batch(self, size: int, seconds: float) -> None:
         with self._lock:
@@ -85,7 +127,10 @@ class Stats:
             "feedback": {"correct": counts["reported_correct"], "wrong": counts["reported_wrong"]},
             "coalesced": counts["coalesced"],
             "by_namespace": {ns: _outcomes(c) for ns, c in sorted(namespaces.items())},
+            "top_namespaces": _top_namespaces(namespaces),
+            "savings": _savings(counts),
             "embedding": embedding,
+            "latency": self.latencies.snapshot(),
         }
 
 
@@ -100,3 +145,102 @@ def _outcomes(counts: Counter[str]) -> dict[str, Any]:
         "reported_wrong": counts["reported_wrong"],
         "hit_rate": round(counts["hits"] / cacheable, 4) if cacheable else 0.0,
     }
+
+
+def _savings(counts: Counter[str]) -> dict[str, Any]:
+    prompt, completion = counts["saved_prompt_tokens"], counts["saved_completion_tokens"]
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "cost_usd": round(counts["saved_cost_microusd"] / _MICRO, 6),
+        "unpriced_requests": counts["saved_unpriced"],  # their model has no price: cost_usd leaves them out
+    }
+
+
+def _top_namespaces(namespaces: dict[str, Counter[str]]) -> list[dict[str, Any]]:
+    """The busiest namespaces, most requests first."""
+    ranked = sorted(
+        (item for item in namespaces.items() if item[1]["requests"]), key=lambda i: (-i[1]["requests"], i[0])
+    )
+    return [
+        {
+            "namespace": namespace,
+            "requests": counts["requests"],
+            "hits": counts["hits"],
+            "hit_rate": _outcomes(counts)["hit_rate"],
+            "tokens_saved": counts["saved_tokens"],
+            "cost_saved_usd": round(counts["saved_cost_microusd"] / _MICRO, 6),
+        }
+        for namespace, counts in ranked[:_TOP_NAMESPACES]
+    ]
+
+
+# Latency buckets grow by 4% from one microsecond: a bucket's middle is within 2% of any value in it.
+_GROWTH = 1.04
+_FLOOR_S = 1e-6
+_QUANTILES = ((0.5, "p50_ms"), (0.9, "p90_ms"), (0.99, "p99_ms"))
+
+
+class Latencies:
+    """Request latencies per path, since this replica started and over the last ``window_s``.
+
+    Durations are counted in log-spaced buckets, so memory stays fixed however many requests come
+    and a percentile is within about 2% of the exact one. The window is kept in ten slices and the
+    oldest slice is dropped whole, so "recent" covers the last 90 to 100% of ``window_s``.
+    """
+
+    def __init__(self, window_s: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self._slice_s = window_s / 10
+        self._clock = clock
+        self._lifetime: dict[str, Counter[int]] = {path: Counter() for path in LATENCY_PATHS}
+        self._recent: dict[str, deque[tuple[int, Counter[int]]]] = {path: deque() for path in LATENCY_PATHS}
+        self._lock = threading.Lock()
+
+    def record(self, path: LatencyPath, seconds: float) -> None:
+        bucket = int(math.log(max(seconds, _FLOOR_S) / _FLOOR_S) / math.log(_GROWTH))
+        now = self._slice_now()
+        with self._lock:
+            self._lifetime[path][bucket] += 1
+            slices = self._recent[path]
+            if not slices or slices[-1][0] != now:
+                slices.append((now, Counter()))
+            slices[-1][1][bucket] += 1
+            _drop_before(slices, now - 9)
+
+    def snapshot(self) -> dict[str, Any]:
+        now = self._slice_now()
+        paths: dict[str, Any] = {}
+        with self._lock:
+            for path in LATENCY_PATHS:
+                slices = self._recent[path]
+                _drop_before(slices, now - 9)
+                recent: Counter[int] = Counter()
+                for _, counts in slices:
+                    recent.update(counts)
+                paths[path] = {"lifetime": _percentiles(self._lifetime[path]), "recent": _percentiles(recent)}
+        return {"scope": "replica", "recent_window_s": self.window_s, "paths": paths}
+
+    def _slice_now(self) -> int:
+        return int(self._clock() // self._slice_s)
+
+
+def _drop_before(slices: deque[tuple[int, Counter[int]]], first: int) -> None:
+    while slices and slices[0][0] < first:
+        slices.popleft()
+
+
+def _percentiles(buckets: Counter[int]) -> dict[str, Any]:
+    count = sum(buckets.values())
+    figures: dict[str, Any] = {"count": count}
+    ordered = sorted(buckets.items())
+    for quantile, name in _QUANTILES:
+        rank, seen, figures[name] = max(1, math.ceil(quantile * count)), 0, None
+        for bucket, n in ordered:
+            seen += n
+            if seen >= rank:
+                middle_s = _FLOOR_S * _GROWTH ** (bucket + 0.5)
+                figures[name] = float(f"{middle_s * 1000:.3g}")
+                break
+    return figures

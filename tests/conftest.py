@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from semcache.embedders import load_embedder
-from semcache.embedders.sentence_transformer import SentenceTransformerEmbedder
+from semcache.protocols import Embedder
 from semcache.server import create_app
 from semcache.settings import Settings
 from semcache.testing.servers import ThreadedUvicorn, wait_healthy
@@ -22,9 +22,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def embedding_exports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One folder for the ONNX exports of the embedding model, shared by the session's tests and,
+    through the environment, by every ``semcache serve`` they start: the export runs once."""
+    path = tmp_path_factory.mktemp("embedding-exports")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SEMCACHE_EMBEDDING_CACHE_DIR", str(path))
+        yield path
+
+
 @pytest.fixture(scope="session")
-def minilm() -> SentenceTransformerEmbedder:
-    return load_embedder("all-MiniLM-L6-v2")
+def minilm(embedding_exports: Path) -> Embedder:
+    """all-MiniLM-L6-v2 on the configured embedding backend (the shipped one unless
+    ``SEMCACHE_EMBEDDING_BACKEND`` says otherwise)."""
+    return load_embedder("all-MiniLM-L6-v2", 0, Settings().embedding_backend, embedding_exports)
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +53,7 @@ def upstream(_standin_server: StandinUpstream) -> StandinUpstream:
 
 
 @pytest.fixture
-def serve(
-    tmp_path: Path, upstream: StandinUpstream, minilm: SentenceTransformerEmbedder
-) -> Iterator[Callable[..., str]]:
+def serve(tmp_path: Path, upstream: StandinUpstream, minilm: Embedder) -> Iterator[Callable[..., str]]:
     """Start semcache in this process with the real model; returns its base URL."""
     running: list[ThreadedUvicorn] = []
 

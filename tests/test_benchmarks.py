@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from benchmarks import index_search, latency, miss_overhead
+from benchmarks import embedders, index_search, latency, miss_overhead, replication
+from benchmarks import report as benchmark_report
 
 pytestmark = pytest.mark.slow
 
@@ -30,3 +36,112 @@ def test_index_benchmark_measures_recall() -> None:
     queries = vectors[:50]
     result = index_search.measure("hnsw32", vectors, queries, np.arange(50))
     assert result["recall_at_1"] > 0.9 and result["search_p50_ms"] > 0
+
+
+def test_replication_benchmark_reports_every_part(tmp_path: Path) -> None:
+    out = tmp_path / "replication.json"
+    result = replication.run([2_000], requests=6, rounds=1, lag_entries=10, catch_up_entries=50, json_out=out)
+    cold = result["cold_start"]["2000"]
+    assert cold["rebuild"]["index_after_join"] == "flat" and cold["rebuild"]["index_after_rebuild"] == "hnsw"
+    assert cold["snapshot"]["index_after_load"] == "hnsw" and cold["snapshot"]["replayed_events"] == 50
+    assert cold["snapshot"]["entries_indexed"] == 2_050
+    memory = cold["replica_memory"]
+    for figure in (
+        cold["rebuild"]["join_s"], cold["rebuild"]["hnsw_rebuild_s"], cold["snapshot"]["ready_s"],
+        cold["rebuild_over_snapshot"], cold["redis_memory"]["bytes_per_entry"],
+        memory["snapshot_bytes_per_entry"], memory["rss_bytes_per_entry_snapshot_start"],
+    ):  # fmt: skip
+        assert figure > 0
+    hits = result["hit_latency"]
+    for store in ("embedded", "redis"):
+        for phase in ("exact_hit", "semantic_hit"):
+            assert hits[store][phase]["count"] > 0 and hits[store][phase]["p50_ms"] > 0
+    assert set(hits["redis_over_embedded"]) == {
+        "exact_hit_p50",
+        "exact_hit_p99",
+        "semantic_hit_p50",
+        "semantic_hit_p99",
+    }
+    assert hits["redis_replica_reported_store"] == "redis"
+    lag = result["replication_lag"]
+    assert lag["missed"] == 0 and lag["observed"]["count"] == 10 and lag["observed"]["p50_ms"] > 0
+    assert lag["indexed"]["count"] == 10
+    written = json.loads(out.read_text())
+    assert "_samples" not in written["hit_latency"] and written["cold_start"]["2000"]["entries"] == 2_000
+    replication.plot(result, tmp_path / "replication.png")
+    assert (tmp_path / "replication.png").stat().st_size > 0
+
+
+def test_benchmarks_run_quick_writes_results_and_summary(tmp_path: Path) -> None:
+    """The one command, as CI runs it. The throwaway GPTCache and LiteLLM venvs are used only when
+    already built; either way their part says what happened."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "benchmarks", "run", "--quick", "--out", str(out)]
+    done = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["mode"] == "quick"
+    assert "by_concurrency" in results["semcache"], results["semcache"]
+    for clients in ("1", "8", "64"):
+        phases = results["semcache"]["by_concurrency"][clients]
+        sent = {phase: sum(figures["outcomes"].values()) for phase, figures in phases.items()}
+        assert phases["exact_hit"]["outcomes"] == {"exact": sent["exact_hit"]}
+        assert phases["miss"]["outcomes"] == {"miss": sent["miss"]}
+        assert phases["direct_upstream"]["outcomes"] == {"direct": sent["direct_upstream"]}
+        assert phases["semantic_hit"]["outcomes"].get("semantic", 0) > 0
+        for figures in phases.values():
+            assert figures["p50_ms"] > 0 and figures["p99_ms"] >= figures["p50_ms"] and figures["throughput_rps"] > 0
+    assert results["embedder"]["one_prompt_p50_ms"] > 0 and results["embedder"]["batched_texts_per_s"] > 0
+    index = results["index"]["2000"]
+    assert index["flat"]["recall_at_1"] == 1.0 and index["hnsw32"]["recall_at_1"] > 0.9
+    for other in ("gptcache", "litellm"):
+        assert "by_concurrency" in results[other] or "not built" in results[other]["skipped"]
+    assert len(results["targets"]) == 6
+    assert {t["status"] for t in results["targets"]} <= {"PASS", "MISS", "not measured"}
+    assert set(results["ratios"]) == {"vs_embedder", "vs_gptcache", "vs_litellm", "miss_overhead"}
+
+    summary = (out / "summary.md").read_text()
+    for heading in ("## Targets", "## HTTP latency and throughput", "## Embedder floor",
+                    "## Side by side: semcache, GPTCache, LiteLLM", "## Vector index"):  # fmt: skip
+        assert heading in summary
+    assert "latency.png" in summary and (out / "latency.png").stat().st_size > 0
+    assert json.loads((out / "samples.json").read_text())["semcache"]["1"]["exact_hit"]
+
+
+def test_targets_are_ratios_of_figures_from_the_same_run() -> None:
+    def figures(p50_ms: float, rps: float) -> dict[str, float]:
+        return {"p50_ms": p50_ms, "throughput_rps": rps}
+
+    results = {
+        "embedder": {"one_prompt_p50_ms": 5.0, "batched_texts_per_s": 400.0},
+        "semcache": {"by_concurrency": {
+            "1": {"exact_hit": figures(1.0, 900), "semantic_hit": figures(9.0, 100)},
+            "64": {"exact_hit": figures(20.0, 3000), "semantic_hit": figures(100.0, 300)},
+        }},
+        "gptcache": {"by_concurrency": {"1": {"exact_hit": figures(17.5, 55), "semantic_hit": figures(18.0, 55)}}},
+        "litellm": {"skipped": "its venv is not built"},
+    }  # fmt: skip
+    targets = benchmark_report.targets(results)
+    assert [t["status"] for t in targets] == ["PASS", "PASS", "PASS", "PASS", "MISS", "MISS"]
+    assert [t["value"] for t in targets] == [1.0, 1.8, 0.75, 17.5, 2.0, 5.45]
+    assert benchmark_report.ratios(results)["vs_litellm"]["exact_hit_speedup_p50"] is None
+    summary = benchmark_report.markdown({**results, "targets": targets})
+    assert "| exact hits vs GPTCache, p50 | ≥ 15× faster | 17.5× | **PASS** |" in summary
+    assert "LiteLLM proxy: skipped: its venv is not built." in summary
+
+
+def test_embedders_benchmark_compares_backends_with_torch(embedding_exports: Path) -> None:
+    result = embedders.run(
+        ["torch", "onnx-int8"], rounds=1, singles_per_round=3, batch_sizes=(8,), quality_texts=64,
+        cache_dir=embedding_exports,
+    )  # fmt: skip
+    backends = result["backends"]
+    assert set(backends) == {"torch", "onnx-int8"} and result["quality_texts"] == 64
+    for figures in backends.values():
+        assert figures["one_prompt_p50_ms"] > 0 and figures["batch8_texts_per_s"] > 0
+        assert figures["one_prompt_count"] == 3
+    assert backends["torch"]["cosine_vs_torch_min"] > 0.9999
+    assert 0.95 < backends["onnx-int8"]["cosine_vs_torch_min"] < 1.0
+    assert backends["onnx-int8"]["embedder_name"] == "all-MiniLM-L6-v2+int8"
+    assert backends["onnx-int8"]["speedup_vs_torch"]["batch8"] > 0

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
@@ -30,15 +35,22 @@ def clean_environment_and_wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(cli.console, "width", 120)  # the console that prints tables and errors
 
 
-def stats_payload() -> dict[str, Any]:
+def stats_payload(extra_requests: int = 0) -> dict[str, Any]:
+    """What a real service's Stats report after a little traffic."""
     stats = Stats()
     for namespace, outcome, tier in [
         ("support", "hit", "exact"),
         ("support", "miss", None),
+        ("support", "bypass", None),
         ("billing", "hit", "semantic"),
         ("billing", "bypass", None),
+        *[("support", "miss", None)] * extra_requests,
     ]:
         stats.record(namespace, outcome, tier)
+    stats.record_saved("support", 1200, 34, 0.00123)
+    stats.record_saved("billing", 10, 20, None)
+    for path, seconds in [("exact_hit", 0.0011), ("exact_hit", 0.0013), ("semantic_hit", 0.0168), ("miss", 0.25)]:
+        stats.record_latency(path, seconds)  # type: ignore[arg-type]
     return {**stats.snapshot(), "entries": 42, "ready": True}
 
 
@@ -47,6 +59,15 @@ def stats_server() -> Iterator[str]:
     fake = FastAPI()
     fake.get("/stats")(stats_payload)
     fake.get("/not-semcache/stats", response_class=PlainTextResponse)(lambda: "<html>hello</html>")
+    reads: list[int] = []
+
+    def growing() -> dict[str, Any]:
+        """Every read finds one more request than the last: the figures a watcher sees change."""
+        reads.append(len(reads) + 1)
+        return stats_payload(extra_requests=len(reads))
+
+    fake.get("/growing/stats")(growing)
+    fake.get("/growing/reads")(lambda: len(reads))
     with ThreadedUvicorn(fake) as server:
         yield server.url
 
@@ -133,6 +154,74 @@ def test_stats_prints_a_table_with_every_namespace(stats_server: str) -> None:
     assert "hit rate" in result.output
     assert "entries: 42" in result.output
     assert "66.7%" in result.output  # overall: 2 hits of 3 cacheable requests
+
+
+def test_stats_shows_latency_savings_and_the_busiest_namespaces_first(stats_server: str) -> None:
+    result = runner.invoke(app, ["stats", "--url", stats_server])
+    assert result.exit_code == 0, result.output
+    output = result.output
+    assert output.index("support") < output.index("billing")  # 3 requests before 2
+    latency = stats_payload()["latency"]["paths"]
+    assert "latency in ms (this replica): since start | last 5 min" in output
+    exact_hit = next(line for line in output.splitlines() if "exact hit" in line)
+    lifetime, recent = latency["exact_hit"]["lifetime"], latency["exact_hit"]["recent"]
+    cells = [cell.strip() for cell in exact_hit.split("│") if cell.strip()]
+    assert cells == ["exact hit", "2", *(f"{lifetime[q]:g}" for q in ("p50_ms", "p90_ms", "p99_ms")),
+                     "2", *(f"{recent[q]:g}" for q in ("p50_ms", "p90_ms", "p99_ms"))]  # fmt: skip
+    assert "1,264" in output  # tokens saved: 1,200 + 34 + 10 + 20
+    assert "$0.001230" in output  # the priced hit's cost
+    assert "1 of them for models without a price" in output
+
+
+def reads_of(stats_server: str) -> int:
+    return int(httpx.get(f"{stats_server}/growing/reads").json())
+
+
+def test_stats_watch_refreshes_until_its_count(stats_server: str) -> None:
+    before = reads_of(stats_server)
+    result = runner.invoke(app, ["stats", "--url", f"{stats_server}/growing", "--watch", "--interval", "0.1",
+                                 "--count", "3"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert reads_of(stats_server) == before + 3
+    assert "every 0.1 s; Ctrl-C stops" in result.output
+    support = next(line for line in result.output.splitlines() if "support" in line)
+    cells = [cell.strip() for cell in support.split("│") if cell.strip()]
+    assert cells[:2] == ["support", str(3 + before + 3)]  # what the last read found
+
+
+def test_stats_watch_json_prints_one_object_per_refresh(stats_server: str) -> None:
+    result = runner.invoke(app, ["stats", "--url", f"{stats_server}/growing", "--watch", "--json", "--interval", "0.1",
+                                 "--count", "2"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    first, second = (json.loads(line) for line in result.output.splitlines())
+    assert second["requests"] == first["requests"] + 1
+
+
+def test_stats_watch_reports_an_unreachable_server_in_place() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = runner.invoke(app, ["stats", "--url", url, "--watch", "--interval", "0.1", "--count", "2"])
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    assert f"error: cannot read {url}/stats" in result.output
+
+
+@pytest.mark.slow
+def test_stats_watch_stops_cleanly_on_ctrl_c(stats_server: str) -> None:
+    command = [sys.executable, "-m", "semcache", "stats", "--url", f"{stats_server}/growing", "--watch",
+               "--interval", "0.1"]  # fmt: skip
+    first = reads_of(stats_server)
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while reads_of(stats_server) < first + 2:  # it has refreshed twice
+            assert watcher.poll() is None and time.monotonic() < deadline, "the watcher never read the stats"
+            time.sleep(0.05)
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=30)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err.decode()
+    assert "Traceback" not in err.decode()
+    assert "semcache requests" in out.decode() and "Ctrl-C stops" in out.decode()
 
 
 def test_stats_json_prints_the_servers_json(stats_server: str) -> None:

@@ -213,3 +213,55 @@ def test_bypass_for_image_in_an_earlier_turn() -> None:
 @pytest.mark.parametrize("prompt", ["", "   ", "\n\t"])
 def test_bypass_for_empty_prompt(prompt: str) -> None:
     assert bypass_reason(chat(prompt), max_temperature=1.0) == "empty prompt"
+
+
+# -- Chinese and other scripts -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "如何通过语音助手接通电话?",
+        "如何通过语音助手接通电话？",  # full-width question mark
+        "如何通过语音助手接通电话。",
+        "如何 通过 语音助手 接通电话",  # spaces between hanzi
+        "如何通过语音助手接通电话 ？",
+        "如何通过语音助手接通电话～",
+    ],
+)
+def test_chinese_width_punctuation_and_space_variants_normalise_alike(variant: str) -> None:
+    assert normalize(variant) == normalize("如何通过语音助手接通电话") == "如何通过语音助手接通电话"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("他说“你好”是什么意思", '他说"你好"是什么意思'),
+        ("「你好」是什么意思", '"你好"是什么意思'),
+        ("苹果、香蕉哪个好", "苹果,香蕉哪个好"),
+        ("你好, 世界", "你好，世界"),
+        ("ｉＰｈｏｎｅ１４怎么截屏", "iPhone14怎么截屏"),
+    ],
+)
+def test_chinese_punctuation_reads_as_ascii(first: str, second: str) -> None:
+    assert normalize(first) == normalize(second)
+
+
+def test_english_quoting_chinese_is_normalised_as_before() -> None:
+    assert normalize("What does 胖口 mean in English?") == "what does 胖口 mean in english"
+    assert normalize("What is “this”?") == "what is “this”"
+
+
+def test_english_scopes_and_exact_keys_are_unchanged() -> None:
+    key = request_key(chat(), "default")  # the keys every release before scripts had
+    assert key.language == "latin"
+    assert key.scope == "574198e1b1ca5ef8d5ff48296f31d9b543f1bb5ae87b26ea80b37dfb6bfa6f27"
+    assert key.exact == "ad018671ab7a52234368108b7b7f0c045349a5adde66b382117435cade52b254"
+
+
+def test_a_non_latin_script_has_scopes_of_its_own() -> None:
+    chinese = request_key(chat("法国的首都是哪里？"), "default")
+    assert chinese.language == "han"
+    assert chinese.scope != request_key(chat(), "default").scope
+    assert chinese.scope == request_key(chat("日本的首都是哪里？"), "default").scope
+    assert request_key(chat("Какая столица Франции?"), "default").language == "other"

@@ -7,12 +7,13 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from semcache.entries import CacheEntry, NegativeFeedback
+from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback
 from semcache.errors import StoreUnavailable
 from semcache.stores.redis import RedisStore
 from semcache.testing.redis_server import RedisServer
@@ -111,6 +112,44 @@ async def test_a_touch_never_brings_a_deleted_entry_back(store: RedisStore, redi
     assert await store.count() == 0
 
 
+async def test_entries_are_listed_in_id_order_filtered_with_recency_from_the_lru(store: RedisStore) -> None:
+    rows = [("support", "How do I bake Sourdough?"), ("billing", "Where is my invoice?"), ("billing", "SOURDOUGH?")]
+    ids = [(await store.put(replace(entry(f"k{n}", seed=n), namespace=ns, prompt=p)))[0] for n, (ns, p) in
+           enumerate(rows)]  # fmt: skip
+    later = time.time() + 100
+    await store.touch({ids[0]: later})
+
+    async def found(query: EntryQuery, **kwargs: object) -> list[int]:
+        return [int(e.id or 0) async for batch in store.entries(query, **kwargs) for e in batch]  # type: ignore[arg-type]
+
+    assert await found(EntryQuery()) == ids
+    assert await found(EntryQuery(namespace="billing")) == ids[1:]
+    assert await found(EntryQuery(text="sourdough")) == [ids[0], ids[2]]
+    assert await found(EntryQuery(text="answer for k1")) == [ids[1]]  # answers too
+    assert await found(EntryQuery(), after_id=ids[0]) == ids[1:]
+    assert [len(b) async for b in store.entries(EntryQuery(), batch_size=2)] == [2, 1]
+    listed = [e async for batch in store.entries(EntryQuery()) for e in batch]
+    assert listed[0].last_access == pytest.approx(later) and listed[0].hits == 1  # from the recency set
+    assert all(e.vector is None for e in listed)
+    with_vectors = [e async for batch in store.entries(EntryQuery(), with_vectors=True) for e in batch]
+    np.testing.assert_array_equal(with_vectors[1].vector, entry("k1", seed=1).vector)
+    await store.delete([ids[1]])
+    assert await found(EntryQuery()) == [ids[0], ids[2]]
+
+
+async def test_put_many_is_pipelined_and_each_entry_reaches_the_feed(store: RedisStore) -> None:
+    first, _ = await store.put(entry("k1"))
+    results = await store.put_many([entry("k1", seed=1), entry("k2", seed=2)])
+    (replacing, replaced), (second, nothing) = results
+    assert [r.id for r in replaced] == [first] and nothing == []
+    assert await store.get(first) is None and await store.count() == 2
+    events = await store.read_feed("0-0")
+    assert [(e.op, e.entry_id, e.replaced) for e in events] == [
+        ("put", first, None), ("put", replacing, first), ("put", second, None)
+    ]  # fmt: skip
+    assert await store.put_many([]) == []
+
+
 async def test_negative_feedback_is_shared_and_raises_the_entry_threshold(store: RedisStore) -> None:
     entry_id, _ = await store.put(entry("k1"))
     feedback = NegativeFeedback(entry_id, "query-key", np.ones(8, dtype=np.float32), 0.93)
@@ -167,10 +206,13 @@ async def test_redis_down_fails_fast_then_recovers(tmp_path: Path) -> None:
     assert time.monotonic() - started < 0.1
     assert not await store.ping()
 
-    RedisServer(tmp_path / "redis", port=server.port).start()  # same folder: its AOF comes back
-    deadline = time.monotonic() + 10
-    while not await store.ping():
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.1)
-    assert (await store.get(entry_id)) is not None  # appendfsync always: the acknowledged entry survived
-    await store.close()
+    restarted = RedisServer(tmp_path / "redis", port=server.port).start()  # same folder: its AOF comes back
+    try:
+        deadline = time.monotonic() + 10
+        while not await store.ping():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        assert (await store.get(entry_id)) is not None  # appendfsync always: the acknowledged entry survived
+    finally:
+        await store.close()
+        restarted.stop()

@@ -87,7 +87,8 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 def test_stored_through_one_replica_hit_through_another(
     replicas: Replicas, make_client: Callable[..., openai.OpenAI]
 ) -> None:
-    a, b = replicas.start("a"), replicas.start("b")
+    prices = {"default": {"input_per_1m": 0.5, "output_per_1m": 1.5}}
+    a, b = replicas.start("a", prices=prices), replicas.start("b", prices=prices)
     client_a, client_b = make_client(a.url), make_client(b.url)
     assert ask(client_a, QUESTION)[1]["x-semcache"] == "miss"
 
@@ -108,6 +109,13 @@ def test_stored_through_one_replica_hit_through_another(
         figures = stats(url)
         assert (figures["scope"], figures["hits"], figures["misses"]) == ("cluster", 2, 1)
         assert figures["tiers"]["semantic"] == 1 and figures["tiers"]["exact"] == 1
+        assert figures["savings"]["total_tokens"] > 0 and figures["savings"]["cost_usd"] > 0
+    # Tokens and money saved are the cluster's (b served both hits); latencies are each replica's own.
+    assert stats(a.url)["savings"] == stats(b.url)["savings"]
+    wait_for(lambda: stats(b.url)["latency"]["paths"]["exact_hit"]["lifetime"]["count"] == 1)
+    assert stats(a.url)["latency"]["paths"]["miss"]["lifetime"]["count"] == 1
+    assert stats(a.url)["latency"]["paths"]["semantic_hit"]["lifetime"]["count"] == 0
+    assert stats(b.url)["latency"]["paths"]["semantic_hit"]["lifetime"]["count"] == 1
     assert replicas.upstream.chat_calls() == 1
 
 
@@ -191,7 +199,7 @@ def test_redis_down_means_a_plain_proxy_then_it_catches_up(
     figures = stats(a.url)
     assert figures["scope"] == "replica" and figures["replica"]["connected"] is False and figures["entries"] is None
 
-    RedisServer(redis_server.folder, port=redis_server.port).start()
+    redis_server.start()  # same port and folder: its AOF comes back
     wait_for(lambda: stats(a.url)["replica"]["connected"] and stats(b.url)["replica"]["connected"], 20)
     headers = ask(client, PARAPHRASE)[1]
     assert headers.get("x-semcache-tier") == "semantic", headers  # the AOF kept the entry
@@ -246,7 +254,7 @@ def test_kill_9_of_a_replica_while_writing_and_of_redis_loses_nothing_acknowledg
         assert _chat(b.url, prompt).headers.get("x-semcache-tier") == "exact", prompt
 
     redis_server.kill()  # and Redis itself dies: appendfsync always keeps them all
-    RedisServer(redis_server.folder, port=redis_server.port).start()
+    redis_server.start()  # same port and folder: its AOF comes back
     a = replica("a").start()
     try:
         wait_for(lambda: stats(b.url)["replica"]["connected"], 20)

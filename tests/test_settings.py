@@ -122,3 +122,23 @@ def test_invalid_values_from_the_environment_raise(monkeypatch: pytest.MonkeyPat
 def test_invalid_values_from_yaml_raise(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="threshold"):
         Settings(config=write_yaml(tmp_path, "threshold: high\n"))
+
+
+def test_prices_from_the_environment_and_from_yaml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert Settings().prices == {}  # no vendor's prices are shipped
+    monkeypatch.setenv("SEMCACHE_PRICES", '{"gpt-4o-mini": {"input_per_1m": 0.15, "output_per_1m": 0.6}}')
+    price = Settings().prices["gpt-4o-mini"]
+    assert (price.input_per_1m, price.output_per_1m) == (0.15, 0.6)
+    monkeypatch.delenv("SEMCACHE_PRICES")
+    config = write_yaml(tmp_path, "prices:\n  default: {input_per_1m: 1, output_per_1m: 3}\n")
+    assert Settings(config=config).prices["default"].output_per_1m == 3
+
+
+@pytest.mark.parametrize(
+    "prices",
+    [{"m": {"input_per_1m": -1, "output_per_1m": 1}}, {"m": {"input_per_1m": 1}}, {"m": {"input": 1, "output": 2}}],
+    ids=["negative", "missing", "unknown-field"],
+)
+def test_invalid_prices_raise(prices: dict[str, dict[str, float]]) -> None:
+    with pytest.raises(ValidationError, match="prices"):
+        Settings(prices=prices)

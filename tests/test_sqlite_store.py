@@ -5,12 +5,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from semcache.entries import CacheEntry, RemovedEntry
+from semcache.entries import CacheEntry, EntryQuery, RemovedEntry
 from semcache.stores import SQLiteStore
 from semcache.stores.sqlite import MIGRATIONS
 
@@ -190,6 +191,48 @@ async def test_reopening_keeps_entries_and_records_migrations_once(tmp_path: Pat
     with closing(sqlite3.connect(path)) as db:
         names = [row[0] for row in db.execute("SELECT name FROM _migrations")]
     assert names == [migration.__name__ for migration in MIGRATIONS]
+
+
+async def test_entries_filter_in_sql_in_id_order_from_after_an_id(store: SQLiteStore) -> None:
+    rows = [
+        ("support", "How do I bake Sourdough?", "Slowly.", 100.0),
+        ("support", "What is the capital of France?", "Paris.", 200.0),
+        ("billing", "Where is my invoice?", "In your SOURDOUGH account.", 300.0),
+        ("billing", "Wie schreibt man Straße?", "Mit ß.", 400.0),
+    ]
+    ids = []
+    for n, (namespace, prompt, answer, created_at) in enumerate(rows):
+        made = replace(entry(f"k{n}", created_at=created_at, vector=np.full(4, n, dtype=np.float32)),
+                       namespace=namespace, prompt=prompt, answer=answer)  # fmt: skip
+        ids.append((await store.put(made))[0])
+
+    async def found(query: EntryQuery, **kwargs: object) -> list[int]:
+        return [int(e.id or 0) async for batch in store.entries(query, **kwargs) for e in batch]  # type: ignore[arg-type]
+
+    assert await found(EntryQuery()) == ids
+    assert await found(EntryQuery(namespace="billing")) == ids[2:]
+    assert await found(EntryQuery(text="sourdough")) == [ids[0], ids[2]]  # prompt or answer, any case
+    assert await found(EntryQuery(text="STRASSE")) == [ids[3]]  # full Unicode case folding, not ASCII only
+    assert await found(EntryQuery(created_before=250.0)) == ids[:2]
+    assert await found(EntryQuery(namespace="support", text="france")) == [ids[1]]
+    assert await found(EntryQuery(), after_id=ids[1]) == ids[2:]
+    batches = [batch async for batch in store.entries(EntryQuery(), batch_size=3)]
+    assert [len(batch) for batch in batches] == [3, 1]
+    assert all(e.vector is None for e in batches[0])  # vectors are read only when asked for
+    with_vectors = [e async for batch in store.entries(EntryQuery(), with_vectors=True) for e in batch]
+    assert [float(e.vector[0]) for e in with_vectors if e.vector is not None] == [0.0, 1.0, 2.0, 3.0]
+    assert all(EntryQuery(namespace="billing").matches(e) for e in with_vectors[2:])
+
+
+async def test_put_many_writes_a_batch_and_replaces_by_exact_key(store: SQLiteStore) -> None:
+    first, _ = await store.put(entry("k1", answer="old"))
+    results = await store.put_many([entry("k1", answer="new"), entry("k2"), entry("k3", scope="scope-b")])
+    assert [removed for _, removed in results] == [[RemovedEntry(first, "scope-a")], [], []]
+    new_ids = [entry_id for entry_id, _ in results]
+    assert new_ids == sorted(new_ids) and new_ids[0] > first
+    got = await store.get_by_exact_key("k1")
+    assert got is not None and got.answer == "new" and await store.count() == 3
+    assert await store.put_many([]) == []
 
 
 async def test_meta_round_trip(store: SQLiteStore) -> None:

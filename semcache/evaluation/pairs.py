@@ -9,11 +9,14 @@ from typing import Any
 import numpy as np
 
 from .. import guards
+from ..language import detect_script
 from ..protocols import Verifier
 from ..quality import QualityPolicy
 from .embedding_cache import CachedEmbedder
 
 CURVE_THRESHOLDS = tuple(round(0.70 + 0.01 * i, 2) for i in range(30))
+# For a script with its own threshold of at least 0.95: its model crowds its cosines near 1.
+FINE_THRESHOLDS = tuple(round(0.95 + 0.001 * i, 3) for i in range(50))
 
 
 @dataclass
@@ -36,22 +39,38 @@ class Scores:
 
 
 @dataclass
+class LanguageReport:
+    """One script's pairs, at its own threshold, and its own curve to tune that threshold with."""
+
+    pairs: int
+    threshold: float
+    at_policy: Scores
+    curve: list[dict[str, float]]
+    best_threshold: float | None
+    best: Scores | None
+
+
+@dataclass
 class PairsReport:
     pairs: int
     policy: dict[str, Any]
-    at_policy: Scores
+    at_policy: Scores  # each pair at its script's threshold
     by_source: dict[str, Scores]
-    curve: list[dict[str, float]]  # per threshold, with guards and verifier as configured
+    by_language: dict[str, LanguageReport]  # by the script of q2, the question asked
+    # One threshold for every pair, with guards and verifier as configured; to tune one script's
+    # threshold in a file that mixes scripts, read its curve in ``by_language``.
+    curve: list[dict[str, float]]
     target_precision: float
     best_threshold: float | None  # most recall at the target precision, or None if never reached
     best: Scores | None
     similarities: list[float] = field(repr=False, default_factory=list)
     labels: list[bool] = field(repr=False, default_factory=list)
+    languages: list[str] = field(repr=False, default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data.pop("similarities")
-        data.pop("labels")
+        for name in ("similarities", "labels", "languages"):
+            data.pop(name)
         return data
 
 
@@ -64,10 +83,16 @@ def evaluate_pairs(
     target_precision: float = 0.95,
     advance: Callable[[int], None] | None = None,
 ) -> PairsReport:
-    """Score each pair as the semantic tier would: cosine, then guards, then the verifier."""
+    """Score each pair as the semantic tier would: cosine, then guards, then the verifier.
+
+    The cache holds q1 and is asked q2. Each pair is judged at the threshold of q2's script; a pair
+    whose two sides are in different scripts never meets in the service (their scopes differ).
+    """
     first, second = [str(r["q1"]) for r in rows], [str(r["q2"]) for r in rows]
     embedder.warm(first + second, advance=advance)
     similarities = np.einsum("ij,ij->i", embedder.embed(first), embedder.embed(second))
+    languages = np.array([detect_script(text) for text in second])
+    similarities[languages != np.array([detect_script(text) for text in first])] = -1.0
     labels = np.array([bool(r["duplicate"]) for r in rows])
     vetoed = np.array(
         [not all(g.passed for g in guards.check(a, b, policy.guards)) for a, b in zip(first, second, strict=True)]
@@ -78,26 +103,46 @@ def evaluate_pairs(
         verified = ~rejected_by_verifier | (similarities >= policy.verify_below)
         return (similarities >= threshold) & ~vetoed & verified
 
-    curve = []
-    for threshold in CURVE_THRESHOLDS:
-        scores = Scores.of(accepted_at(threshold), labels)
-        curve.append({"threshold": threshold, "precision": scores.precision, "recall": scores.recall})
-    reaching = [c for c in curve if c["precision"] >= target_precision and c["recall"] > 0]
-    best_threshold = max(reaching, key=lambda c: c["recall"])["threshold"] if reaching else None
+    def best_of(rows: np.ndarray, thresholds: tuple[float, ...]) -> tuple[list[dict[str, float]], float | None]:
+        curve = []
+        for threshold in thresholds:
+            scores = Scores.of(accepted_at(threshold)[rows], labels[rows])
+            curve.append({"threshold": threshold, "precision": scores.precision, "recall": scores.recall})
+        reaching = [c for c in curve if c["precision"] >= target_precision and c["recall"] > 0]
+        return curve, max(reaching, key=lambda c: c["recall"])["threshold"] if reaching else None
+
+    everything = np.ones(len(rows), dtype=bool)
+    curve, best_threshold = best_of(everything, CURVE_THRESHOLDS)
     sources = sorted({str(r.get("source", "all")) for r in rows})
     source_of = np.array([str(r.get("source", "all")) for r in rows])
-    at_policy = accepted_at(policy.threshold)
+    thresholds = np.array([policy.threshold_for(language) for language in languages])
+    at_policy = accepted_at(0.0) & (similarities >= thresholds)
+    by_language = {}
+    for language in sorted({str(name) for name in languages}):
+        mine = languages == language
+        threshold = policy.threshold_for(language)
+        grid = (
+            FINE_THRESHOLDS if language in policy.thresholds and threshold >= FINE_THRESHOLDS[0] else CURVE_THRESHOLDS
+        )
+        language_curve, language_best = best_of(mine, grid)
+        by_language[language] = LanguageReport(
+            pairs=int(mine.sum()), threshold=threshold, at_policy=Scores.of(at_policy[mine], labels[mine]),
+            curve=language_curve, best_threshold=language_best,
+            best=None if language_best is None else Scores.of(accepted_at(language_best)[mine], labels[mine]),
+        )  # fmt: skip
     return PairsReport(
         pairs=len(rows),
         policy=policy.as_dict(),
         at_policy=Scores.of(at_policy, labels),
         by_source={s: Scores.of(at_policy[source_of == s], labels[source_of == s]) for s in sources},
+        by_language=by_language,
         curve=curve,
         target_precision=target_precision,
         best_threshold=best_threshold,
         best=None if best_threshold is None else Scores.of(accepted_at(best_threshold), labels),
         similarities=[float(s) for s in similarities],
         labels=[bool(x) for x in labels],
+        languages=[str(x) for x in languages],
     )
 
 

@@ -8,35 +8,56 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from .pairs import PairsReport
+from .pairs import PairsReport, Scores
 from .trace import TraceReport
 
 
 def pairs_table(report: PairsReport) -> Table:
     table = Table(
-        title=f"pairs at threshold {report.policy['threshold']} with guards {report.policy['guards'] or 'none'}"
+        title=f"pairs at threshold {_thresholds(report.policy)} with guards {report.policy['guards'] or 'none'}"
     )
     for column in ("source", "precision", "recall", "F1", "accepted", "positives"):
         table.add_column(column, justify="left" if column == "source" else "right")
-    rows = [("all", report.at_policy), *report.by_source.items()] if len(report.by_source) > 1 else [
-        ("all", report.at_policy)
-    ]  # fmt: skip
+    rows = [("all", report.at_policy)]
+    if len(report.by_source) > 1:
+        rows += report.by_source.items()
+    mixed = len(report.by_language) > 1
+    if mixed:
+        rows += [
+            (f"script {name} (threshold {part.threshold})", part.at_policy) for name, part in report.by_language.items()
+        ]
     for name, scores in rows:
         table.add_row(name, f"{scores.precision:.3f}", f"{scores.recall:.3f}", f"{scores.f1:.3f}",
                       str(scores.accepted), str(scores.positives))  # fmt: skip
-    if report.best_threshold is None or report.best is None:
-        table.caption = f"no threshold reaches precision {report.target_precision}"
-    else:
-        table.caption = (
-            f"most recall at precision ≥ {report.target_precision}: threshold {report.best_threshold} "
-            f"(precision {report.best.precision:.3f}, recall {report.best.recall:.3f})"
+    if mixed:
+        table.caption = "; ".join(
+            f"{name}: {_best_caption(report.target_precision, part.best_threshold, part.best)}"
+            for name, part in report.by_language.items()
         )
+    else:
+        (part,) = report.by_language.values()
+        table.caption = _best_caption(report.target_precision, part.best_threshold, part.best)
     return table
+
+
+def _thresholds(policy: dict[str, Any]) -> str:
+    """ "0.91 (han 0.985, other 0.985)": the threshold, and those of scripts with their own."""
+    own = ", ".join(f"{script} {value}" for script, value in sorted(policy.get("thresholds", {}).items()))
+    return f"{policy['threshold']} ({own})" if own else str(policy["threshold"])
+
+
+def _best_caption(target: float, threshold: float | None, best: Scores | None) -> str:
+    if threshold is None or best is None:
+        return f"no threshold reaches precision {target}"
+    return (
+        f"most recall at precision ≥ {target}: threshold {threshold} "
+        f"(precision {best.precision:.3f}, recall {best.recall:.3f})"
+    )
 
 
 def trace_table(report: TraceReport) -> Table:
     table = Table(
-        title=f"trace replay at threshold {report.policy['threshold']}, guards {report.policy['guards'] or 'none'}"
+        title=f"trace replay at threshold {_thresholds(report.policy)}, guards {report.policy['guards'] or 'none'}"
     )
     table.add_column("measure")
     table.add_column("value", justify="right")

@@ -18,9 +18,16 @@ feedback_router = APIRouter(tags=["feedback"])
 
 
 def require_admin(request: Request) -> None:
-    """The admin key, sent as a Bearer token, whenever SEMCACHE_ADMIN_KEY is set."""
-    expected = request.app.state.semcache.settings.admin_key
+    """The admin key, sent as a Bearer token, whenever SEMCACHE_ADMIN_KEY is set.
+
+    Without one, /admin is open, unless client API keys are configured: then it is closed, since
+    it shows every tenant's queries and a client key must never open it."""
+    state = request.app.state.semcache
+    expected = state.settings.admin_key
     if not expected:
+        if state.access.configured:
+            raise Forbidden("/admin is closed: API keys are configured but SEMCACHE_ADMIN_KEY is not",
+                            code="admin_disabled")  # fmt: skip
         return
     scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
     if scheme.lower() != "bearer" or not token:
@@ -37,6 +44,11 @@ class NamespaceConfigUpdate(BaseModel):
     guards: list[str] | None = Field(None, description="Guards to run, e.g. ['numbers', 'negation'].")
     verify_below: float | None = Field(None, ge=0, le=1, description="Verify candidates under this cosine.")
     verifier_min_score: float | None = Field(None, ge=0, le=1, description="Lowest verifier score that approves.")
+    thresholds: dict[str, float] | None = Field(
+        None,
+        description="Minimum cosine per prompt script ('latin', 'han', 'other'), e.g. {'han': 0.99}; "
+        "scripts left out keep theirs.",
+    )
 
 
 class Feedback(BaseModel):

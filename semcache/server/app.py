@@ -11,11 +11,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from ..embedders import BatchingEmbedder, load_embedder
+from ..embedders import BatchingEmbedder, RoutedEmbedder, load_embedder, load_routed
 from ..errors import StoreUnavailable
 from ..index import ScopedVectorIndex
 from ..limits import RateLimiter
 from ..maintenance import Maintenance, restore_index
+from ..metrics import Metrics, Readings
 from ..pipeline import Pipeline
 from ..protocols import Embedder, Store, Upstream
 from ..quality import DecisionLog, NamespacePolicies, default_policy
@@ -25,14 +26,17 @@ from ..stats import Stats
 from ..stores import SQLiteStore
 from ..stores.redis import RedisStore
 from ..tiers import TemplateTier, load_templates
-from ..tokens import TokenCounter
+from ..tokens import Price, PriceTable, TokenCounter
 from ..upstreams import RemoteUpstream
 from ..upstreams.resilience import CircuitBreaker, ConcurrencyLimit, ResilientUpstream, RetryPolicy
 from ..verifiers import load_verifier
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
+from .admin_entries import entries_router
 from .errors import install_error_handlers
 from .limits import BodySizeLimit
+from .monitoring import RequestTimer, monitoring_router
+from .request_context import RequestContext
 from .routes import router
 
 log = logging.getLogger("semcache.server")
@@ -46,6 +50,7 @@ class AppState:
     upstream: Upstream | None  # None until a local model has loaded
     access: AccessPolicy
     stats: Stats = field(default_factory=Stats)
+    metrics: Metrics = field(default_factory=Metrics)
     pipeline: Pipeline | None = None
     maintenance: Maintenance | None = None
     rate_limiter: RateLimiter | None = None
@@ -54,9 +59,17 @@ class AppState:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream: Upstream | None = None) -> FastAPI:
-    """Build the service. ``embedder`` and ``upstream`` default to the configured real ones."""
-    access = AccessPolicy.from_file(settings.api_keys_file)
+def create_app(
+    settings: Settings,
+    *,
+    embedder: Embedder | None = None,
+    upstream: Upstream | None = None,
+    access: AccessPolicy | None = None,
+) -> FastAPI:
+    """Build the service. ``embedder``, ``upstream`` and ``access`` (the API keys) default to the
+    configured real ones."""
+    if access is None:
+        access = AccessPolicy.from_file(settings.api_keys_file)
     templates = load_templates(settings.templates) if settings.templates else []
 
     @asynccontextmanager
@@ -64,9 +77,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream
         limiter = (
             RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst) if settings.rate_limit_per_s else None
         )
+        metrics = Metrics(lambda: _readings(state), max_namespaces=settings.metrics_max_namespaces)
         state = AppState(
-            settings=settings, upstream=upstream or _remote_upstream(settings), access=access, rate_limiter=limiter
-        )
+            settings=settings, upstream=upstream or _remote_upstream(settings, metrics), access=access,
+            rate_limiter=limiter, metrics=metrics,
+        )  # fmt: skip
         app.state.semcache = state
         loader = asyncio.create_task(_load(state, embedder, TemplateTier(templates, settings.template_threshold)))
         try:
@@ -86,11 +101,15 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None, upstream
     app.include_router(router)
     app.include_router(feedback_router)
     app.include_router(admin_router)
+    app.include_router(entries_router)
+    app.include_router(monitoring_router)
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestTimer)
+    app.add_middleware(RequestContext)  # added last: outermost, so every response and log line has the id
     return app
 
 
-def _remote_upstream(settings: Settings) -> ResilientUpstream | None:
+def _remote_upstream(settings: Settings, metrics: Metrics) -> ResilientUpstream | None:
     """The remote backend; None for the local one, which loads with the other models."""
     if settings.backend == "local":
         return None
@@ -101,10 +120,10 @@ def _remote_upstream(settings: Settings) -> ResilientUpstream | None:
         read_timeout_s=settings.upstream_first_byte_timeout_s,
         max_connections=settings.upstream_max_connections,
     )
-    return _resilient(remote, settings, max_attempts=settings.upstream_max_attempts)
+    return _resilient(remote, settings, metrics, max_attempts=settings.upstream_max_attempts)
 
 
-def _local_upstream(settings: Settings) -> ResilientUpstream:
+def _local_upstream(settings: Settings, metrics: Metrics) -> ResilientUpstream:
     """A local model; retrying it would only repeat its failure, so it gets one attempt."""
     from ..upstreams.local import LocalUpstream  # imports transformers: only when asked for
 
@@ -116,10 +135,10 @@ def _local_upstream(settings: Settings) -> ResilientUpstream:
         batch_window_ms=settings.local_batch_window_ms,
         max_new_tokens_default=settings.local_max_new_tokens,
     )
-    return _resilient(local, settings, max_attempts=1)
+    return _resilient(local, settings, metrics, max_attempts=1)
 
 
-def _resilient(inner: Upstream, settings: Settings, *, max_attempts: int) -> ResilientUpstream:
+def _resilient(inner: Upstream, settings: Settings, metrics: Metrics, *, max_attempts: int) -> ResilientUpstream:
     return ResilientUpstream(
         inner,
         retry=RetryPolicy(
@@ -130,6 +149,20 @@ def _resilient(inner: Upstream, settings: Settings, *, max_attempts: int) -> Res
         breaker=CircuitBreaker(settings.breaker_failure_threshold, settings.breaker_reset_after_s),
         limit=ConcurrencyLimit(settings.upstream_max_concurrent, settings.upstream_max_queued),
         total_timeout_s=settings.upstream_total_timeout_s,
+        observer=metrics,
+    )
+
+
+def _load_embedders(settings: Settings) -> RoutedEmbedder:
+    """The English model, and the models other scripts and namespaces are routed to."""
+    return load_routed(
+        settings.embedding_model,
+        settings.multilingual_embedding_model,
+        settings.embedding_routes,
+        lambda name: load_embedder(
+            name, settings.embed_threads, settings.embedding_backend, settings.embedding_export_dir
+        ),
+        settings.embed_threads,
     )
 
 
@@ -139,18 +172,14 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
     cleanup = AsyncExitStack()  # closes what was opened if loading stops half-way
     try:
         if state.upstream is None:
-            state.upstream = await asyncio.to_thread(_local_upstream, settings)
+            state.upstream = await asyncio.to_thread(_local_upstream, settings, state.metrics)
         upstream = state.upstream
-        model: Embedder = (
-            embedder
-            if embedder is not None
-            else await asyncio.to_thread(load_embedder, settings.embedding_model, settings.embed_threads)
-        )
+        model: Embedder = embedder if embedder is not None else await asyncio.to_thread(_load_embedders, settings)
         batcher = BatchingEmbedder(
             model,
             max_batch=settings.embed_batch_size,
             max_wait_s=settings.embed_batch_wait_ms / 1000,
-            on_batch=state.stats.record_embed_batch,
+            on_batch=lambda size, seconds: _embedded(state, size, seconds),
         )
         cleanup.push_async_callback(batcher.close)
         index = ScopedVectorIndex(model.dimension, hnsw_min_entries=settings.hnsw_min_entries)
@@ -169,7 +198,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             await restore_index(store, index, batcher, snapshot_dir)
             overrides = await store.namespace_configs()
         if templates.phrasings:
-            templates.set_vectors(await batcher.embed_many(templates.phrasings))
+            await templates.embed_phrasings(batcher)
         tokens = await asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken")
         pipeline = Pipeline(
             store=store,
@@ -189,6 +218,8 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             trim_oldest_turns=settings.trim_oldest_turns,
             standalone_max_context_similarity=settings.standalone_max_context_similarity,
             decisions=DecisionLog(settings.decisions_kept),
+            prices=PriceTable({m: Price(p.input_per_1m, p.output_per_1m) for m, p in settings.prices.items()}),
+            observer=state.metrics,
         )
         if state.replica is not None:
             await _join_with_pipeline(state.replica, pipeline, templates)
@@ -217,6 +248,26 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         await cleanup.aclose()
         state.load_error = f"{type(exc).__name__}: {exc}"
         log.exception("semcache failed to load")
+
+
+def _embedded(state: AppState, batch_size: int, seconds: float) -> None:
+    state.stats.record_embed_batch(batch_size, seconds)
+    state.metrics.embedded(batch_size, seconds)
+
+
+def _readings(state: AppState) -> Readings:
+    """What /metrics reads when scraped (in a worker thread: plain attributes, and the index's lock)."""
+    pipeline, maintenance, upstream = state.pipeline, state.maintenance, state.upstream
+    resilient = upstream if isinstance(upstream, ResilientUpstream) else None
+    return Readings(
+        ready=pipeline is not None,
+        index=pipeline.index.stats() if pipeline is not None else None,
+        expired=maintenance.expired if maintenance is not None else 0,
+        evicted=maintenance.evicted if maintenance is not None else 0,
+        breaker_state=resilient.breaker.state if resilient is not None else None,
+        breaker_opened=resilient.breaker.opened if resilient is not None else 0,
+        upstream_retries=resilient.retries if resilient is not None else 0,
+    )
 
 
 def _redis_store(settings: Settings) -> RedisStore:

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from ..errors import SemcacheError, openai_error_body
+from ..logs import REQUEST_ID_HEADER, current_request_id
 
 log = logging.getLogger("semcache.server")
 
@@ -41,7 +42,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return JSONResponse(openai_error_body("internal error", "server_error", "internal_error"), status_code=500)
+        # This handler runs outside every middleware, so the request id is added here.
+        request_id = current_request_id()
+        return JSONResponse(
+            openai_error_body("internal error", "server_error", "internal_error"),
+            status_code=500,
+            headers={REQUEST_ID_HEADER: request_id} if request_id else None,
+        )
 
 
 def _describe(exc: RequestValidationError) -> str:

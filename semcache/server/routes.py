@@ -58,7 +58,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         pipeline.record(lookup)
         return JSONResponse(response, headers=_outcome_headers(lookup))
     except SemcacheError as error:
-        state.stats.record(namespace, "error")
+        pipeline.record_error(namespace)
         failure = error_response(error)
         failure.headers.update(_outcome_headers(lookup))
         return failure
@@ -66,6 +66,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
 @router.get("/v1/models", summary="List the upstream's models")
 async def list_models(request: Request) -> Any:
+    namespace_of(request)  # with API keys configured, only their holders may ask
     headers = dict(request.headers)
     upstream = _state(request).upstream
     if upstream is None:

@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,7 +42,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ..entries import CacheEntry, NegativeFeedback, RemovedEntry
+from ..entries import CacheEntry, EntryQuery, NegativeFeedback, RemovedEntry
 from ..errors import StoreUnavailable
 
 log = logging.getLogger("semcache.stores.redis")
@@ -165,6 +165,31 @@ if not id then return false end
 return {id, redis.call('HGETALL', ARGV[1] .. ':entry:' .. id)}
 """
 
+# ARGV: P, with_vectors ('1' or '0'), id, ...  For each live entry: id, its fields but the vector as
+# one JSON object, the vector or nil, its recency score. Four replies an entry instead of one per
+# field: parsing replies is what a scan spends its time on in redis-py without hiredis.
+_LUA_LIST = """
+local P = ARGV[1]
+local names = {'namespace', 'scope', 'exact_key', 'model', 'prompt', 'answer', 'created_at', 'expires_at',
+               'last_access', 'hits', 'min_similarity', 'tool_calls'}
+local out = {}
+for i = 3, #ARGV do
+  local ekey = P .. ':entry:' .. ARGV[i]
+  local values = redis.call('HMGET', ekey, unpack(names))
+  if values[1] then
+    local fields = {}
+    for j, name in ipairs(names) do
+      if values[j] then fields[name] = values[j] end
+    end
+    table.insert(out, ARGV[i])
+    table.insert(out, cjson.encode(fields))
+    table.insert(out, ARGV[2] == '1' and redis.call('HGET', ekey, 'vector') or false)
+    table.insert(out, redis.call('ZSCORE', P .. ':lru', ARGV[i]) or false)
+  end
+end
+return out
+"""
+
 # ARGV: P, maxlen, origin, entry id, feedback JSON, raise_to or ''
 _LUA_NEGATIVE = """
 local P = ARGV[1]
@@ -234,6 +259,7 @@ class RedisStore:
         self._touch = self._redis.register_script(_LUA_TOUCH)
         self._get_exact = self._redis.register_script(_LUA_GET_EXACT)
         self._negative = self._redis.register_script(_LUA_NEGATIVE)
+        self._list = self._redis.register_script(_LUA_LIST)
 
     def key(self, *parts: object) -> str:
         return ":".join([self.prefix, *map(str, parts)])
@@ -302,15 +328,28 @@ class RedisStore:
     # -- Store protocol ------------------------------------------------------------------------
 
     async def put(self, entry: CacheEntry) -> tuple[int, list[RemovedEntry]]:
+        args = self._put_args(entry)
+        return _put_result(await self._call(lambda: self._put(args=args)))
+
+    async def put_many(self, entries: Sequence[CacheEntry]) -> list[tuple[int, list[RemovedEntry]]]:
+        """The put script once per entry, pipelined: each entry is still written atomically (with
+        its feed event), and the batch costs one round trip."""
+
+        async def write() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for entry in entries:
+                    await self._put(args=self._put_args(entry), client=pipe)
+                return list(await pipe.execute())
+
+        return [_put_result(reply) for reply in await self._call(write)] if entries else []
+
+    def _put_args(self, entry: CacheEntry) -> list[Any]:
         expires_ms = "" if entry.expires_at is None else str(int(entry.expires_at * 1000))
         fields: list[Any] = []
         for name, value in _entry_fields(entry).items():
             fields += [name, value]
         last_access = entry.last_access or entry.created_at
-        args = [self.prefix, self.feed_max_len, self.origin, entry.exact_key, expires_ms, last_access, *fields]
-        entry_id, replaced = await self._call(lambda: self._put(args=args))
-        removed = [RemovedEntry(int(replaced[0]), replaced[1].decode())] if replaced else []
-        return int(entry_id), removed
+        return [self.prefix, self.feed_max_len, self.origin, entry.exact_key, expires_ms, last_access, *fields]
 
     async def get(self, entry_id: int) -> CacheEntry | None:
         fields = await self._call(lambda: self._redis.hgetall(self.key("entry", entry_id)))
@@ -366,9 +405,35 @@ class RedisStore:
             if found:
                 yield found, scopes, matrix
 
+    async def entries(
+        self, query: EntryQuery, *, after_id: int = 0, batch_size: int = 500, with_vectors: bool = False
+    ) -> AsyncIterator[list[CacheEntry]]:
+        """Ids from the recency set, sorted; then each batch read by one script, filtered here."""
+        ids = sorted(entry_id for entry_id in await self.stored_ids() if entry_id > after_id)
+        for start in range(0, len(ids), batch_size):
+            # At most _SCRIPT_BATCH entries per script call, so that Redis is never held for long.
+            flat: list[Any] = []
+            for part in range(start, min(start + batch_size, len(ids)), _SCRIPT_BATCH):
+                args = [self.prefix, int(with_vectors), *ids[part : min(part + _SCRIPT_BATCH, start + batch_size)]]
+                flat += await self._call(lambda a=args: self._list(args=a))  # type: ignore[misc]
+            batch = [_listed_entry(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
+            batch = [entry for entry in batch if query.matches(entry)]
+            if batch:
+                yield batch
+
     async def stored_ids(self) -> set[int]:
-        members = await self._call(lambda: self._redis.zrange(self.key("lru"), 0, -1))
-        return {int(member) for member in members}
+        """Every entry id, read in pages (ZSCAN) so that no single call holds Redis for long: one
+        ZRANGE of a million ids blocked Redis for half a second and outlasted the timeout. Ids
+        added or removed meanwhile reach a replica through the change feed."""
+        ids: set[int] = set()
+        cursor = 0
+        while True:
+            cursor, page = await self._call(
+                lambda c=cursor: self._redis.zscan(self.key("lru"), c, count=10_000)  # type: ignore[misc]
+            )
+            ids.update(int(member) for member, _ in page)
+            if cursor == 0:
+                return ids
 
     async def vectors_for(self, entry_ids: list[int]) -> tuple[list[int], list[str], np.ndarray]:
         found: list[int] = []
@@ -518,6 +583,23 @@ def _event(offset: str, raw: dict[bytes, bytes]) -> FeedEvent:
     if op == "neg":
         return FeedEvent(offset, op, origin, feedback=_feedback_from_json(fields["feedback"].encode()))
     return FeedEvent(offset, op, origin, namespace=fields.get("namespace"))
+
+
+def _listed_entry(entry_id: bytes, fields: bytes, vector: bytes | None, score: bytes | None) -> CacheEntry:
+    """An entry from one item of the list script; recency comes from the sorted set, since hits
+    move the score there, not the hash field."""
+    raw = {name.encode(): value.encode() for name, value in json.loads(fields).items()}
+    if vector is not None:
+        raw[b"vector"] = vector
+    entry = _entry_from_fields(int(entry_id), raw)
+    if score is not None:
+        entry.last_access = max(entry.last_access, float(score))
+    return entry
+
+
+def _put_result(reply: list[Any]) -> tuple[int, list[RemovedEntry]]:
+    entry_id, replaced = reply
+    return int(entry_id), [RemovedEntry(int(replaced[0]), replaced[1].decode())] if replaced else []
 
 
 def _removed(flat: list[bytes]) -> list[RemovedEntry]:

@@ -11,7 +11,7 @@ import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..entries import CacheEntry, NegativeFeedback, RemovedEntry
+from ..entries import CacheEntry, EntryQuery, NegativeFeedback, RemovedEntry, contains_text
 
 T = TypeVar("T")
 
@@ -71,10 +71,15 @@ def _m003_tool_call_answers(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE entries ADD COLUMN tool_calls TEXT")  # JSON, for cached tool-call answers
 
 
+def _m004_namespace_index(db: sqlite3.Connection) -> None:
+    db.execute("CREATE INDEX entries_namespace ON entries(namespace, id)")  # admin listing by namespace
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _m001_entries,
     _m002_feedback_and_namespace_config,
     _m003_tool_call_answers,
+    _m004_namespace_index,
 ]
 
 
@@ -118,6 +123,8 @@ class SQLiteStore:
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA busy_timeout=5000")
         migrate(db)
+        # The same case-insensitive match as EntryQuery.matches; SQLite's own LIKE folds ASCII only.
+        db.create_function("semcache_contains", 2, _contains, deterministic=True)
         self._db = db
 
     async def close(self) -> None:
@@ -141,32 +148,43 @@ class SQLiteStore:
         return await self._call(self._put, entry)
 
     def _put(self, entry: CacheEntry) -> tuple[int, list[RemovedEntry]]:
-        vector = None if entry.vector is None else np.asarray(entry.vector, dtype=np.float32).tobytes()
         with _transaction(self.db):
-            removed = [
-                RemovedEntry(row[0], row[1])
-                for row in self.db.execute(
-                    "DELETE FROM entries WHERE exact_key = ? RETURNING id, scope", (entry.exact_key,)
-                )
-            ]
-            cursor = self.db.execute(
-                f"INSERT INTO entries ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    entry.namespace,
-                    entry.scope,
-                    entry.exact_key,
-                    entry.model,
-                    entry.prompt,
-                    entry.answer,
-                    entry.created_at,
-                    entry.expires_at,
-                    entry.last_access or entry.created_at,
-                    entry.hits,
-                    vector,
-                    entry.min_similarity,
-                    None if entry.tool_calls is None else json.dumps(entry.tool_calls),
-                ),
+            return self._insert(entry)
+
+    async def put_many(self, entries: Sequence[CacheEntry]) -> list[tuple[int, list[RemovedEntry]]]:
+        return await self._call(self._put_many, list(entries))
+
+    def _put_many(self, entries: list[CacheEntry]) -> list[tuple[int, list[RemovedEntry]]]:
+        with _transaction(self.db):  # one commit (one fsync) for the batch
+            return [self._insert(entry) for entry in entries]
+
+    def _insert(self, entry: CacheEntry) -> tuple[int, list[RemovedEntry]]:
+        """Insert, replacing the entry with the same exact key; inside the caller's transaction."""
+        vector = None if entry.vector is None else np.asarray(entry.vector, dtype=np.float32).tobytes()
+        removed = [
+            RemovedEntry(row[0], row[1])
+            for row in self.db.execute(
+                "DELETE FROM entries WHERE exact_key = ? RETURNING id, scope", (entry.exact_key,)
             )
+        ]
+        cursor = self.db.execute(
+            f"INSERT INTO entries ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                entry.namespace,
+                entry.scope,
+                entry.exact_key,
+                entry.model,
+                entry.prompt,
+                entry.answer,
+                entry.created_at,
+                entry.expires_at,
+                entry.last_access or entry.created_at,
+                entry.hits,
+                vector,
+                entry.min_similarity,
+                None if entry.tool_calls is None else json.dumps(entry.tool_calls),
+            ),
+        )
         entry_id = cursor.lastrowid
         assert entry_id is not None
         return entry_id, removed
@@ -207,13 +225,16 @@ class SQLiteStore:
 
     async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]:
         ids = list(entry_ids)
+        return await self._call(self._delete_ids, ids) if ids else []
+
+    def _delete_ids(self, ids: list[int]) -> list[RemovedEntry]:
         removed: list[RemovedEntry] = []
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            removed += await self._call(
-                self._delete_returning, f"DELETE FROM entries WHERE id IN ({marks}) RETURNING id, scope", chunk
-            )
+        with _transaction(self.db):  # one commit however many: a flush of a million entries stays fast
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self.db.execute(f"DELETE FROM entries WHERE id IN ({marks}) RETURNING id, scope", chunk)
+                removed += [RemovedEntry(row[0], row[1]) for row in rows]
         return removed
 
     def _delete_returning(self, sql: str, params: Iterable[object]) -> list[RemovedEntry]:
@@ -240,6 +261,35 @@ class SQLiteStore:
             "SELECT id, scope, vector FROM entries WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)
         ).fetchall()
 
+    async def entries(
+        self, query: EntryQuery, *, after_id: int = 0, batch_size: int = 500, with_vectors: bool = False
+    ) -> AsyncIterator[list[CacheEntry]]:
+        while True:
+            batch = await self._call(self._entry_batch, query, after_id, batch_size, with_vectors)
+            if not batch:
+                return
+            yield batch
+            if len(batch) < batch_size:
+                return
+            after_id = int(batch[-1].id or 0)
+
+    def _entry_batch(self, query: EntryQuery, after_id: int, limit: int, with_vectors: bool) -> list[CacheEntry]:
+        """One page of ``query``'s matches; the filters run in SQL, with the namespace index."""
+        conditions: list[str] = ["id > ?"]
+        params: list[object] = [after_id]
+        if query.namespace is not None:
+            conditions.append("namespace = ?")
+            params.append(query.namespace)
+        if query.created_before is not None:
+            conditions.append("created_at < ?")
+            params.append(query.created_before)
+        if query.text is not None:
+            conditions.append("(semcache_contains(prompt, ?) OR semcache_contains(answer, ?))")
+            params += [query.text, query.text]
+        columns = _COLUMNS if with_vectors else _COLUMNS.replace("vector,", "NULL,")
+        sql = f"SELECT {columns} FROM entries WHERE {' AND '.join(conditions)} ORDER BY id LIMIT ?"
+        return [_entry_from_row(row) for row in self.db.execute(sql, (*params, limit))]
+
     # -- used at start-up to reconcile the FAISS snapshot --------------------------------------
 
     async def stored_ids(self) -> set[int]:
@@ -264,8 +314,11 @@ class SQLiteStore:
         matrix = np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
         return found_ids, scopes, matrix
 
-    async def prompts(self) -> list[tuple[int, str]]:
-        return await self._call(lambda: self.db.execute("SELECT id, prompt FROM entries ORDER BY id").fetchall())
+    async def prompts(self) -> list[tuple[int, str, str]]:
+        """(id, namespace, prompt) of every entry, to embed them again."""
+        return await self._call(
+            lambda: self.db.execute("SELECT id, namespace, prompt FROM entries ORDER BY id").fetchall()
+        )
 
     async def set_vectors(self, entry_ids: list[int], vectors: np.ndarray) -> None:
         def write() -> None:
@@ -334,6 +387,10 @@ class SQLiteStore:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
         await self._call(write)
+
+
+def _contains(haystack: str | None, needle: str | None) -> bool:
+    return haystack is not None and needle is not None and contains_text(haystack, needle)
 
 
 def _entry_from_row(row: tuple[Any, ...]) -> CacheEntry:

@@ -16,7 +16,8 @@ from .servers import free_port
 
 class RedisServer:
     """``redis-server`` in ``folder``. With ``appendonly``, every write is fsynced before Redis
-    replies (``appendfsync always``): the setting for losing no acknowledged entry."""
+    replies (``appendfsync always``): the setting for losing no acknowledged entry. ``start`` after
+    ``stop`` or ``kill`` restarts it on the same port and folder, with what its AOF kept."""
 
     def __init__(self, folder: Path, *, appendonly: bool = True, port: int | None = None) -> None:
         binary = shutil.which("redis-server")

@@ -28,6 +28,7 @@ import re
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -112,13 +113,15 @@ class StandinState:
     """Everything the stand-in server knows; shared between test and server thread.
 
     ``answers`` maps a last-user-message text to a canned answer.
-    ``base_latency_s`` is an always-on delay that ``reset()`` keeps.
+    ``base_latency_s`` is an always-on delay that ``reset()`` keeps; ``base_latency_jitter_s`` adds
+    up to that much more, spread by a hash of the prompt so that a prompt always waits the same.
     """
 
     answers: dict[str, str] = field(default_factory=dict)
     calls: list[dict[str, Any]] = field(default_factory=list)
     fault: Fault | None = None
     base_latency_s: float = 0.0
+    base_latency_jitter_s: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
@@ -148,6 +151,12 @@ class StandinState:
         """A copy of the recorded calls, safe to read from any thread."""
         with self.lock:
             return list(self.calls)
+
+    def base_delay_s(self, prompt: str) -> float:
+        """``base_latency_s`` plus this prompt's share of ``base_latency_jitter_s``. The same prompt
+        always waits the same, so a benchmark can send it down two paths on equal terms."""
+        spread = zlib.crc32(prompt.encode()) / 0xFFFFFFFF
+        return self.base_latency_s + spread * self.base_latency_jitter_s
 
     def answer_for(self, prompt: str) -> str:
         """The deterministic answer text for a last user message."""
@@ -432,11 +441,13 @@ def _record(state: StandinState, request: Request, body: Any) -> None:
     state.record_call({"path": request.url.path, "json": body, "headers": headers, "time": time.time()})
 
 
-async def _wait_before_answer(state: StandinState, fault: Fault, interrupted: Callable[[], Awaitable[bool]]) -> bool:
+async def _wait_before_answer(
+    state: StandinState, fault: Fault, prompt: str, interrupted: Callable[[], Awaitable[bool]]
+) -> bool:
     """Apply hang and latency before anything is sent; False if interrupted."""
     if fault.hang_before_first_byte and not await _sleep(HANG_SECONDS, interrupted):
         return False
-    delay = state.base_latency_s + fault.latency_s
+    delay = state.base_delay_s(prompt) + fault.latency_s
     return not delay or await _sleep(delay, interrupted)
 
 
@@ -455,7 +466,7 @@ async def _chat_completions(state: StandinState, request: Request) -> Response:
     async def server_stopping() -> bool:
         return state.stopping.is_set()
 
-    if not await _wait_before_answer(state, fault, client_gone):
+    if not await _wait_before_answer(state, fault, prompt, client_gone):
         return Response(status_code=499)
     if fault.status is not None:
         return _error_response(fault.status, f"Stand-in fault: HTTP {fault.status}", retry_after=fault.retry_after)
@@ -584,9 +595,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--latency-s", type=float, default=0.0, help="delay before every answer")
+    parser.add_argument(
+        "--latency-jitter-s", type=float, default=0.0, help="up to this much more delay, fixed per prompt"
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-    state = StandinState(base_latency_s=args.latency_s)
+    state = StandinState(base_latency_s=args.latency_s, base_latency_jitter_s=args.latency_jitter_s)
     app = create_standin_app(state)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off")
 

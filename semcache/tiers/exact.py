@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from ..keys import RequestKey
+from ..observer import NullObserver, Observer, timed
 from ..protocols import Store
 from .base import Hit
 
 
 class ExactTier:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, observer: Observer | None = None) -> None:
         self._store = store
+        self._observer = observer or NullObserver()
 
     async def lookup(self, key: RequestKey, now: float) -> Hit | None:
-        entry = await self._store.get_by_exact_key(key.exact)
+        with timed(self._observer, "store_lookup"):
+            entry = await self._store.get_by_exact_key(key.exact)
         if entry is None or entry.is_expired(now):
             return None
         return Hit(

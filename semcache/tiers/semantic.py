@@ -1,7 +1,8 @@
 """Semantic tier: the nearest earlier prompt of the same scope that passes the namespace's policy.
 
 A candidate is served only if, in order:
-1. its cosine similarity reaches the namespace threshold, and the entry's own learned threshold;
+1. its cosine similarity reaches the namespace threshold for the prompt's script (each script has
+   its own model, and so its own threshold), and the entry's own learned threshold;
 2. it was never reported wrong for this query (negative feedback);
 3. every enabled guard passes (numbers, negation, entities, ...);
 4. below ``verify_below``, the verifier accepts the pair.
@@ -20,6 +21,7 @@ from .. import guards
 from ..entries import CacheEntry, NegativeFeedback
 from ..index import ScopedVectorIndex
 from ..keys import RequestKey
+from ..observer import NullObserver, Observer, timed
 from ..protocols import Store, Verifier
 from ..quality import Decision, NamespacePolicies, QualityPolicy
 from .base import Hit
@@ -37,12 +39,15 @@ class SemanticTier:
         policies: NamespacePolicies,
         verifier: Verifier | None = None,
         on_decision: Callable[[Decision], None] | None = None,
+        *,
+        observer: Observer | None = None,
     ) -> None:
         self.index = index
         self._store = store
         self.policies = policies
         self.verifier = verifier
         self._on_decision = on_decision
+        self._observer = observer or NullObserver()
         self._negatives: dict[int, list[NegativeFeedback]] = {}
         # One thread, with FAISS's OpenMP team cut to one: a single-query search gains nothing from
         # more threads, and their idle spinning slowed every other thread on a 2-core machine.
@@ -59,18 +64,26 @@ class SemanticTier:
     async def lookup(self, key: RequestKey, vector: np.ndarray, now: float) -> Hit | None:
         policy = self.policies.for_namespace(key.namespace)
         loop = asyncio.get_running_loop()
-        candidates = await loop.run_in_executor(self._search_thread, self.index.search, key.scope, vector, _CANDIDATES)
-        decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss")
+        with timed(self._observer, "index_search"):
+            candidates = await loop.run_in_executor(
+                self._search_thread, self.index.search, key.scope, vector, _CANDIDATES
+            )
+        threshold = policy.threshold_for(key.language)
+        decision = Decision(
+            namespace=key.namespace, query=key.prompt, decision="miss", language=key.language, threshold=threshold
+        )
         for entry_id, similarity in candidates:
             if decision.candidate is None:
                 decision.entry_id, decision.similarity = entry_id, round(similarity, 4)
-            if similarity < policy.threshold:
+            if similarity < threshold:
                 break
-            entry = await self._store.get(entry_id)
+            with timed(self._observer, "store_read"):
+                entry = await self._store.get(entry_id)
             if entry is None or entry.is_expired(now) or entry.scope != key.scope:
                 continue  # removed or expired since it was indexed; the sweeper will drop it
             decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=entry.prompt,
-                                similarity=round(similarity, 4), entry_id=entry_id)  # fmt: skip
+                                similarity=round(similarity, 4), entry_id=entry_id, language=key.language,
+                                threshold=threshold)  # fmt: skip
             reason = await self._rejection(policy, key, vector, entry, similarity, decision)
             if reason is None:
                 decision.decision = "hit"

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from ..embedders import BatchingEmbedder
 from ..keys import RequestKey, normalize
 from .base import Hit
 
@@ -103,15 +104,24 @@ class TemplateTier:
             for question in template.questions:
                 self._by_phrase.setdefault(normalize(question), []).append((template, question))
                 self._rows.append((template, question))
-        self._vectors: np.ndarray | None = None
+        # Per embedding model (None: the caller's only model): a query is compared only with the
+        # phrasings as its own model embedded them.
+        self._vectors: dict[str | None, np.ndarray] = {}
 
     @property
     def phrasings(self) -> list[str]:
         return [question for _, question in self._rows]
 
-    def set_vectors(self, vectors: np.ndarray) -> None:
-        """Embeddings of ``phrasings``, in order, computed by the caller's embedder."""
-        self._vectors = np.asarray(vectors, dtype=np.float32).reshape(len(self._rows), -1)
+    def set_vectors(self, vectors: np.ndarray, model: str | None = None) -> None:
+        """Embeddings of ``phrasings``, in order, by ``model`` (or by the caller's only model)."""
+        self._vectors[model] = np.asarray(vectors, dtype=np.float32).reshape(len(self._rows), -1)
+
+    async def embed_phrasings(self, embedder: BatchingEmbedder) -> None:
+        """Embed every phrasing with every model a request may use, so a Chinese question can match
+        an English phrasing through the multilingual model, and no vectors of two models meet."""
+        if self._rows:
+            for model in embedder.router.routes.models():
+                self.set_vectors(await embedder.embed_many(self.phrasings, model), model)
 
     def lookup_exact(self, key: RequestKey) -> Hit | None:
         if key.has_history:
@@ -121,13 +131,17 @@ class TemplateTier:
                 return Hit(tier="template", answer=template.answer, matched_prompt=question, similarity=1.0)
         return None
 
-    def lookup_semantic(self, key: RequestKey, vector: np.ndarray) -> Hit | None:
-        if key.has_history or self._vectors is None or not self._rows:
+    def lookup_semantic(
+        self, key: RequestKey, vector: np.ndarray, model: str | None = None, threshold: float | None = None
+    ) -> Hit | None:
+        """The nearest phrasing as ``model`` embedded it, at ``threshold`` (default: the tier's)."""
+        vectors = self._vectors.get(model)
+        if key.has_history or vectors is None or not self._rows:
             return None
-        similarities = self._vectors @ np.asarray(vector, dtype=np.float32)
+        similarities = vectors @ np.asarray(vector, dtype=np.float32)
         for row in np.argsort(-similarities):
             similarity = float(similarities[row])
-            if similarity < self.threshold:
+            if similarity < (self.threshold if threshold is None else threshold):
                 return None
             template, question = self._rows[row]
             if template.applies_to(key):

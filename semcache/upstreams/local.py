@@ -44,6 +44,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import Context
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -277,7 +278,8 @@ class LocalUpstream:
         )
         if self._scheduler is None:
             self._arrivals = asyncio.Queue()
-            self._scheduler = loop.create_task(self._schedule(), name="semcache-local-scheduler")
+            # A fresh context: the scheduler outlives the request that started it (and its log id).
+            self._scheduler = loop.create_task(self._schedule(), name="semcache-local-scheduler", context=Context())
         assert self._arrivals is not None
         self._arrivals.put_nowait(request)
         return request

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from ..errors import UpstreamError, UpstreamStatusError, UpstreamUnavailable
+from ..logs import REQUEST_ID_HEADER, current_request_id
 
 # Headers from the client that are safe and useful to pass on.
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
@@ -39,6 +40,9 @@ class RemoteUpstream:
         if self._api_key:
             headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
             headers["Authorization"] = f"Bearer {self._api_key}"
+        request_id = current_request_id()
+        if request_id is not None:  # ours, never the client's header: one id across both logs
+            headers[REQUEST_ID_HEADER] = request_id
         return headers
 
     async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:

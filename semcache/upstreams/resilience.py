@@ -14,6 +14,7 @@ deadline. ``ResilientUpstream`` wraps another ``Upstream`` and speaks the same p
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 import time
@@ -23,8 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..errors import SemcacheError, UpstreamError, UpstreamUnavailable
+from ..observer import NullObserver, Observer
 from ..protocols import Upstream
 
+log = logging.getLogger("semcache.upstream")
 T = TypeVar("T")
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -130,6 +133,7 @@ class ResilientUpstream:
         limit: ConcurrencyLimit | None = None,
         total_timeout_s: float | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        observer: Observer | None = None,
     ) -> None:
         self.inner = inner
         self.retry = retry or RetryPolicy()
@@ -137,6 +141,7 @@ class ResilientUpstream:
         self.limit = limit or ConcurrencyLimit(64, 256)
         self.total_timeout_s = total_timeout_s
         self._sleep = sleep
+        self._observer = observer or NullObserver()
         self.retries = 0  # attempts beyond the first, for metrics
 
     async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
@@ -162,6 +167,7 @@ class ResilientUpstream:
                                                   status_code=504) from exc  # fmt: skip
                     yield chunk
             except UpstreamError as exc:
+                self._count_error(exc)
                 if _upstream_fault(exc):
                     self.breaker.record_failure()  # bytes are out: no retry, but the breaker learns
                 raise
@@ -194,7 +200,15 @@ class ResilientUpstream:
         try:
             return await asyncio.wait_for(call, self.total_timeout_s)
         except TimeoutError as exc:
-            raise UpstreamUnavailable("the upstream took longer than the total timeout", status_code=504) from exc
+            error = UpstreamUnavailable("the upstream took longer than the total timeout", status_code=504)
+            self._count_error(error)
+            raise error from exc
+
+    def _count_error(self, error: UpstreamError) -> None:
+        """Errors of the upstream itself; the breaker's and the queue's own refusals are not among them."""
+        self._observer.upstream_error(
+            error.status_code, "unavailable" if isinstance(error, UpstreamUnavailable) else "status"
+        )
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
         started = time.monotonic()
@@ -204,13 +218,17 @@ class ResilientUpstream:
             try:
                 result = await call()
             except UpstreamError as exc:
+                self._count_error(exc)
                 if _upstream_fault(exc):
                     self.breaker.record_failure()
                 else:
                     self.breaker.record_success()  # it answered: the client's request was at fault
                 delay = self._retry_delay(exc, attempt, started)
+                fields = {"upstream_status": exc.status_code, "attempt": attempt + 1}
                 if delay is None:
+                    log.warning("upstream call failed: %s", exc.message, extra=fields)
                     raise
+                log.warning("upstream call failed: %s; retrying in %.2f s", exc.message, delay, extra=fields)
                 attempt += 1
                 self.retries += 1
                 await self._sleep(delay)

@@ -1,0 +1,156 @@
+"""Closed-loop HTTP load on an OpenAI-compatible endpoint: N async clients, each sending its next
+request as soon as its last one is answered, so N requests are really in flight at once.
+
+Used by ``python -m benchmarks run`` for semcache, for the stand-in upstream called directly and
+for LiteLLM's proxy. A request counts towards a phase's latency and throughput only when its
+outcome (read from the response by ``outcome_of``) is the one the phase expects; the others are
+counted in ``outcomes`` so that a phase that did not measure what it says shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .latency import PARAPHRASES, QUESTIONS, SUBJECTS, percentiles
+from .miss_overhead import WORDS
+
+MODEL = "bench-model"
+OutcomeOf = Callable[[httpx.Response], str]
+
+
+def semcache_outcome(response: httpx.Response) -> str:
+    """``exact``, ``semantic``, ``template``, ``miss``, ``bypass`` or ``error``, from semcache's headers."""
+    if response.status_code != 200:
+        return "error"
+    return response.headers.get("x-semcache-tier") or response.headers.get("x-semcache", "error")
+
+
+def direct_outcome(response: httpx.Response) -> str:
+    return "direct" if response.status_code == 200 else "error"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The prompts every cache under test is given: stored prompts, a paraphrase of each (same
+    index), and new prompts for misses, each with its own number so no two can match."""
+
+    stored: list[str]
+    paraphrases: list[str]
+    seed: int = 7
+
+    @classmethod
+    def default(cls) -> Workload:
+        stored = [q.format(s) for s in SUBJECTS for q in QUESTIONS]
+        paraphrases = [p.format(s) for s in SUBJECTS for p in PARAPHRASES]
+        return cls(stored, paraphrases)
+
+    def misses(self, count: int, label: str) -> list[str]:
+        """``count`` prompts never asked before; ``label`` keeps separate batches apart."""
+        rng = random.Random(f"{self.seed}:{label}")
+        return [f"Case {label}-{n}: " + " ".join(rng.sample(WORDS, 7)) + "?" for n in range(count)]
+
+
+@dataclass
+class PhaseResult:
+    """What one phase measured: latencies of the requests with the expected outcome, and all outcomes."""
+
+    samples_ms: list[float] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    wall_s: float = 0.0
+    client_cpu_s: float = 0.0  # this process's CPU time: the load generator's share of the cores
+    server_cpu_s: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        throughput = len(self.samples_ms) / self.wall_s if self.wall_s > 0 else 0.0
+        summary = {
+            **percentiles(self.samples_ms),
+            "throughput_rps": round(throughput, 1),
+            "wall_s": round(self.wall_s, 3),
+            "outcomes": dict(self.outcomes),
+        }
+        if self.wall_s > 0:  # cores busy on average: with 2 cores, client + server near 2 is a full machine
+            summary["client_cores"] = round(self.client_cpu_s / self.wall_s, 2)
+            if self.server_cpu_s is not None:
+                summary["server_cores"] = round(self.server_cpu_s / self.wall_s, 2)
+        return summary
+
+
+async def run_phase(
+    client: httpx.AsyncClient,
+    url: str,
+    prompts: list[str],
+    *,
+    concurrency: int,
+    requests: int,
+    expect: str,
+    outcome_of: OutcomeOf,
+    server_pid: int | None = None,
+) -> PhaseResult:
+    """Send ``requests`` chat completions to ``url`` (cycling through ``prompts``) from
+    ``concurrency`` clients at once; with ``server_pid``, also count the server's CPU time."""
+    order: Iterator[str] = itertools.islice(itertools.cycle(prompts), requests)
+    result = PhaseResult()
+
+    async def one_client() -> None:
+        for prompt in order:  # the clients share one iterator: each takes the next prompt
+            elapsed, outcome = await timed_request(client, url, prompt, outcome_of)
+            result.outcomes[outcome] += 1
+            if outcome == expect:
+                result.samples_ms.append(elapsed)
+
+    server_before = process_cpu_s(server_pid)
+    cpu_before, started = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(one_client() for _ in range(concurrency)))
+    result.wall_s = time.perf_counter() - started
+    result.client_cpu_s = time.process_time() - cpu_before
+    server_after = process_cpu_s(server_pid)
+    if server_before is not None and server_after is not None:
+        result.server_cpu_s = server_after - server_before
+    return result
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` (every thread), from /proc; None where unknown."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime
+
+
+async def timed_request(client: httpx.AsyncClient, url: str, prompt: str, outcome_of: OutcomeOf) -> tuple[float, str]:
+    """(milliseconds until the whole answer was read, outcome)."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}]}
+    started = time.perf_counter()
+    try:
+        response = await client.post(url, json=body)
+    except httpx.HTTPError:
+        return (time.perf_counter() - started) * 1000, "error"
+    return (time.perf_counter() - started) * 1000, outcome_of(response)
+
+
+async def fill(client: httpx.AsyncClient, url: str, prompts: list[str], outcome_of: OutcomeOf) -> Counter[str]:
+    """Ask every prompt once, 32 at a time, so that the cache holds them; returns the outcomes."""
+    result = await run_phase(
+        client, url, prompts, concurrency=min(32, len(prompts)), requests=len(prompts), expect="", outcome_of=outcome_of
+    )
+    return result.outcomes
+
+
+def new_client(concurrency: int, headers: dict[str, str] | None = None, timeout_s: float = 120.0) -> httpx.AsyncClient:
+    """One pooled client with room for every concurrent request on its own kept-alive connection."""
+    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    return httpx.AsyncClient(timeout=timeout_s, limits=limits, headers=headers)

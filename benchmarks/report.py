@@ -1,0 +1,472 @@
+"""What ``python -m benchmarks run`` concludes from its results: the ratios, the performance targets
+with PASS/MISS, the markdown summary and the latency plot.
+
+Every ratio is computed from figures of the same run. Latency "speed-ups" are the other cache's p50
+divided by semcache's; throughput ratios are semcache's requests/s divided by the other's, each at
+its best concurrency level.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ._common import pyplot
+
+PASS, MISS, UNMEASURED = "PASS", "MISS", "not measured"
+
+
+# --- reading figures ----------------------------------------------------------------------------
+
+
+def _levels(results: dict[str, Any], system: str) -> dict[str, dict[str, Any]]:
+    part = results.get(system)
+    return part.get("by_concurrency", {}) if isinstance(part, dict) else {}
+
+
+def _lowest(results: dict[str, Any], system: str) -> str | None:
+    levels = _levels(results, system)
+    return min(levels, key=int) if levels else None
+
+
+def p50(results: dict[str, Any], system: str, phase: str, clients: str | None = None) -> float | None:
+    """p50 in ms of ``phase`` at ``clients`` (default: the fewest clients measured)."""
+    clients = clients or _lowest(results, system)
+    figures = _levels(results, system).get(clients or "", {}).get(phase, {})
+    value = figures.get("p50_ms")
+    return float(value) if value else None
+
+
+def peak_rps(results: dict[str, Any], system: str, phase: str) -> tuple[float | None, str | None]:
+    """(best requests/s of ``phase`` over the concurrency levels, at how many clients)."""
+    best: tuple[float | None, str | None] = (None, None)
+    for clients, phases in _levels(results, system).items():
+        rps = phases.get(phase, {}).get("throughput_rps")
+        if rps and (best[0] is None or rps > best[0]):
+            best = (float(rps), clients)
+    return best
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 2)
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    embedder = results.get("embedder") or {}
+    one_prompt, batched = embedder.get("one_prompt_p50_ms"), embedder.get("batched_texts_per_s")
+    semantic_peak, _ = peak_rps(results, "semcache", "semantic_hit")
+    exact_peak, _ = peak_rps(results, "semcache", "exact_hit")
+    exact, semantic = p50(results, "semcache", "exact_hit"), p50(results, "semcache", "semantic_hit")
+    miss_overhead = {}
+    for clients in _levels(results, "semcache"):
+        miss, direct = p50(results, "semcache", "miss", clients), p50(results, "semcache", "direct_upstream", clients)
+        miss_overhead[clients] = {
+            "miss_over_direct_p50": _ratio(miss, direct),
+            "added_p50_ms": None if miss is None or direct is None else round(miss - direct, 2),
+        }
+    return {
+        "vs_embedder": {
+            "semantic_hit_p50_over_one_prompt_embed": _ratio(semantic, one_prompt),
+            "semantic_hit_peak_throughput_over_batched_embed": _ratio(semantic_peak, batched),
+        },
+        "vs_gptcache": {
+            "exact_hit_speedup_p50": _ratio(p50(results, "gptcache", "exact_hit"), exact),
+            "semantic_hit_speedup_p50": _ratio(p50(results, "gptcache", "semantic_hit"), semantic),
+            "exact_hit_throughput_ratio": _ratio(exact_peak, peak_rps(results, "gptcache", "exact_hit")[0]),
+            "semantic_hit_throughput_ratio": _ratio(semantic_peak, peak_rps(results, "gptcache", "semantic_hit")[0]),
+        },
+        "vs_litellm": {
+            "exact_hit_speedup_p50": _ratio(p50(results, "litellm", "exact_hit"), exact),
+            # LiteLLM's cache is exact only: a paraphrase is one of its misses.
+            "paraphrase_speedup_p50": _ratio(p50(results, "litellm", "miss"), semantic),
+            "exact_hit_throughput_ratio": _ratio(exact_peak, peak_rps(results, "litellm", "exact_hit")[0]),
+            "semantic_hit_throughput_ratio": None,
+        },
+        "miss_overhead": miss_overhead,
+    }
+
+
+# --- targets ------------------------------------------------------------------------------------
+
+
+def _target(name: str, goal: str, value: float | None, ok: bool | None, shown: str) -> dict[str, Any]:
+    status = UNMEASURED if value is None or ok is None else PASS if ok else MISS
+    return {
+        "target": name,
+        "goal": goal,
+        "value": value,
+        "measured": shown if value is not None else "—",
+        "status": status,
+    }
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's performance targets, each with the measured value and PASS, MISS or not measured."""
+    found = ratios(results)
+    embedder = results.get("embedder") or {}
+    one_prompt, batched = embedder.get("one_prompt_p50_ms"), embedder.get("batched_texts_per_s")
+    exact, semantic = p50(results, "semcache", "exact_hit"), p50(results, "semcache", "semantic_hit")
+    semantic_peak, at = peak_rps(results, "semcache", "semantic_hit")
+    lowest = _lowest(results, "semcache") or "1"
+    over_embed = found["vs_embedder"]["semantic_hit_p50_over_one_prompt_embed"]
+    over_batched = found["vs_embedder"]["semantic_hit_peak_throughput_over_batched_embed"]
+    gpt = found["vs_gptcache"]
+
+    def at_least(value: float | None, goal: float) -> bool | None:
+        return None if value is None else value >= goal
+
+    return [
+        _target(
+            f"exact-hit p50 through HTTP ({lowest} client)",
+            "< 2 ms",
+            exact,
+            None if exact is None else exact < 2.0,
+            f"{exact} ms",
+        ),
+        _target(
+            f"semantic-hit p50 through HTTP ({lowest} client) vs embedding one prompt",
+            "≤ ~2×",
+            over_embed,
+            None if over_embed is None else over_embed <= 2.0,
+            f"{over_embed}× ({semantic} ms vs {one_prompt} ms)",
+        ),
+        _target(
+            "semantic-hit throughput vs the embedder's batched throughput",
+            "≥ 70%",
+            over_batched,
+            at_least(over_batched, 0.7),
+            f"{over_batched:.0%} ({semantic_peak}/s at {at} clients vs {batched}/s)" if over_batched else "",
+        ),
+        _target(
+            "exact hits vs GPTCache, p50",
+            "≥ 15× faster",
+            gpt["exact_hit_speedup_p50"],
+            at_least(gpt["exact_hit_speedup_p50"], 15),
+            f"{gpt['exact_hit_speedup_p50']}×",
+        ),
+        _target(
+            "semantic hits vs GPTCache, p50",
+            "≥ 3× faster",
+            gpt["semantic_hit_speedup_p50"],
+            at_least(gpt["semantic_hit_speedup_p50"], 3),
+            f"{gpt['semantic_hit_speedup_p50']}×",
+        ),
+        _target(
+            "semantic-hit throughput vs GPTCache (each at its best concurrency)",
+            "≥ 8×",
+            gpt["semantic_hit_throughput_ratio"],
+            at_least(gpt["semantic_hit_throughput_ratio"], 8),
+            f"{gpt['semantic_hit_throughput_ratio']}×",
+        ),
+    ]
+
+
+# --- markdown -----------------------------------------------------------------------------------
+
+PHASE_NAMES = {
+    "exact_hit": "exact hit",
+    "semantic_hit": "semantic hit",
+    "miss": "miss",
+    "direct_upstream": "stand-in called directly",
+    "direct": "no cache",
+}
+SYSTEM_NAMES = {"semcache": "semcache", "gptcache": "GPTCache", "litellm": "LiteLLM proxy", "upstream": "stand-in"}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    sections = [
+        _header(results),
+        _targets_section(results),
+        _http_section(results),
+        _embedder_section(results),
+        _comparison_section(results),
+        _index_section(results),
+        _notes_section(results),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join("—" if cell is None else str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _header(results: dict[str, Any]) -> str:
+    meta = results.get("meta", {})
+    load = meta.get("load_average_before")
+    lines = [
+        "# semcache benchmarks",
+        "",
+        f"`{meta.get('command', 'python -m benchmarks run')}` ({meta.get('mode')} mode), started {meta.get('started')} "
+        f"on {meta.get('host')} ({meta.get('cpus')} cores, load average {load} before"
+        + (f", {meta['load_average_after']} after" if meta.get("load_average_after") else "")
+        + f"), commit {meta.get('commit')}.",
+        f"Upstream: {meta.get('upstream')}. Clients, semcache, the stand-in and the other caches share the machine.",
+    ]
+    return "\n".join(lines)
+
+
+def _targets_section(results: dict[str, Any]) -> str:
+    rows = [[t["target"], t["goal"], t["measured"], f"**{t['status']}**"] for t in results.get("targets", [])]
+    return "## Targets\n\n" + _table(["target", "goal", "measured", "status"], rows)
+
+
+PHASE_HEAD = ["system", "path", "clients", "p50 ms", "p99 ms", "requests/s", "counted/sent"]
+PHASE_HEAD += ["client cores", "server cores"]
+
+
+def _phase_rows(results: dict[str, Any], system: str) -> list[list[Any]]:
+    rows = []
+    for clients, phases in sorted(_levels(results, system).items(), key=lambda item: int(item[0])):
+        for phase, f in phases.items():
+            sent = sum(f.get("outcomes", {}).values())
+            rows.append(
+                [
+                    SYSTEM_NAMES[system],
+                    PHASE_NAMES.get(phase, phase),
+                    clients,
+                    f.get("p50_ms"),
+                    f.get("p99_ms"),
+                    f.get("throughput_rps"),
+                    f"{f.get('count', 0)}/{sent}",
+                    f.get("client_cores"),
+                    f.get("server_cores"),
+                ]
+            )
+    return rows
+
+
+def _http_section(results: dict[str, Any]) -> str:
+    part = results.get("semcache", {})
+    if not _levels(results, "semcache"):
+        return "## HTTP latency and throughput\n\n" + _why_not(part)
+    text = [
+        "## HTTP latency and throughput",
+        "",
+        "Closed loop: each client sends its next request when its last is answered. Misses are new prompts "
+        "(each with its own number); the same prompts also go straight to the stand-in, for the miss overhead. "
+        "`counted/sent`: requests with the expected outcome (only those count) out of all sent. "
+        "`client cores`, `server cores`: CPU time of the load generator and of the server over the phase's wall "
+        "time; on 2 cores, a sum near 2 means the machine, not the server alone, set the pace.",
+        "",
+        _table(
+            PHASE_HEAD,
+            _phase_rows(results, "semcache"),
+        ),
+    ]
+    overhead = results.get("ratios", {}).get("miss_overhead", {})
+    if overhead:
+        rows = [
+            [c, o["miss_over_direct_p50"], o["added_p50_ms"]]
+            for c, o in sorted(overhead.items(), key=lambda i: int(i[0]))
+        ]
+        text += [
+            "",
+            "Miss overhead (semcache miss p50 vs the stand-in's p50 on the same prompts):",
+            "",
+            _table(["clients", "ratio", "added p50 ms"], rows),
+        ]
+    if results.get("meta", {}).get("plot"):
+        text += ["", f"![latency distributions]({results['meta']['plot']})"]
+    return "\n".join(text)
+
+
+def _embedder_section(results: dict[str, Any]) -> str:
+    embedder = results.get("embedder", {})
+    if "one_prompt_p50_ms" not in embedder:
+        return "## Embedder floor\n\n" + _why_not(embedder)
+    described = embedder.get("embedder", {})
+    setup = ", ".join(f"{k} {v}" for k, v in described.items())
+    rows = [
+        ["one prompt per call, p50", f"{embedder.get('one_prompt_p50_ms')} ms"],
+        ["one prompt per call, p99", f"{embedder.get('one_prompt_p99_ms')} ms"],
+        [f"batches of {embedder.get('batch_size')}", f"{embedder.get('batched_texts_per_s')} prompts/s"],
+    ]
+    return f"## Embedder floor\n\nThe embedder semcache is configured with ({setup}), in its own process:\n\n" + _table(
+        ["measure", "value"], rows
+    )
+
+
+def _comparison_section(results: dict[str, Any]) -> str:
+    text = ["## Side by side: semcache, GPTCache, LiteLLM", ""]
+    found = results.get("ratios", {})
+    gpt, lite = found.get("vs_gptcache", {}), found.get("vs_litellm", {})
+
+    def cell(system: str, phase: str, kind: str) -> Any:
+        if kind == "p50":
+            return p50(results, system, phase)
+        rps, at = peak_rps(results, system, phase)
+        return None if rps is None else f"{rps} ({at} client{'' if at == '1' else 's'})"
+
+    lite_semantic = "no semantic cache" if _levels(results, "litellm") else None
+    rows = [
+        [
+            "exact hit p50 ms (fewest clients)",
+            cell("semcache", "exact_hit", "p50"),
+            cell("gptcache", "exact_hit", "p50"),
+            cell("litellm", "exact_hit", "p50"),
+            gpt.get("exact_hit_speedup_p50"),
+            lite.get("exact_hit_speedup_p50"),
+        ],
+        [
+            "semantic hit p50 ms (fewest clients)",
+            cell("semcache", "semantic_hit", "p50"),
+            cell("gptcache", "semantic_hit", "p50"),
+            None if lite_semantic is None else f"{lite_semantic}: a miss, {p50(results, 'litellm', 'miss')}",
+            gpt.get("semantic_hit_speedup_p50"),
+            lite.get("paraphrase_speedup_p50"),
+        ],
+        [
+            "exact hits/s (best)",
+            cell("semcache", "exact_hit", "rps"),
+            cell("gptcache", "exact_hit", "rps"),
+            cell("litellm", "exact_hit", "rps"),
+            gpt.get("exact_hit_throughput_ratio"),
+            lite.get("exact_hit_throughput_ratio"),
+        ],
+        [
+            "semantic hits/s (best)",
+            cell("semcache", "semantic_hit", "rps"),
+            cell("gptcache", "semantic_hit", "rps"),
+            lite_semantic,
+            gpt.get("semantic_hit_throughput_ratio"),
+            None,
+        ],
+    ]
+    text.append(_table(["", "semcache", "GPTCache", "LiteLLM", "× vs GPTCache", "× vs LiteLLM"], rows))
+    text += [
+        "",
+        "× columns: p50 rows are the other's p50 over semcache's (times faster); throughput rows are "
+        "semcache's requests/s over the other's.",
+    ]
+    for system in ("gptcache", "litellm"):
+        part = results.get(system, {})
+        if _levels(results, system):
+            text += [
+                "",
+                f"{SYSTEM_NAMES[system]} by concurrency:",
+                "",
+                _table(
+                    PHASE_HEAD,
+                    _phase_rows(results, system),
+                ),
+            ]
+            text += ["", _setup_line(system, part)]
+        else:
+            text += ["", f"{SYSTEM_NAMES[system]}: {_why_not(part)}"]
+    return "\n".join(text)
+
+
+def _setup_line(system: str, part: dict[str, Any]) -> str:
+    if system == "gptcache":
+        c = part.get("config", {})
+        return (
+            f"GPTCache {c.get('version')}: {c.get('setup')}; torch threads {c.get('torch_threads')}; "
+            f"similarity threshold {c.get('similarity_threshold')} (cosine ≥ {c.get('equivalent_min_cosine')}). "
+            "Measured as in-process `get()` calls from as many threads as clients, with no HTTP in the way "
+            "(which favours it)."
+        )
+    return (
+        f"LiteLLM proxy with `cache: true`, `cache_params: {{type: {part.get('cache')}}}`, one worker. "
+        f"Paraphrases of stored prompts: {part.get('paraphrase_outcomes')}. {part.get('semantic_hit')}."
+    )
+
+
+def _index_section(results: dict[str, Any]) -> str:
+    part = results.get("index", {})
+    sizes = [k for k in part if k.isdigit()]
+    if not sizes:
+        return "## Vector index\n\n" + _why_not(part)
+    rows = []
+    for size in sorted(sizes, key=int):
+        for kind, f in part[size].items():
+            rows.append(
+                [
+                    f"{int(size):,}",
+                    kind,
+                    f["build_s"],
+                    f["search_p50_ms"],
+                    f["search_p99_ms"],
+                    f["recall_at_1"],
+                    f["serialized_mb"],
+                    f["bytes_per_entry"],
+                    f["peak_rss_growth_mb"],
+                ]
+            )
+    head = [
+        "entries",
+        "index",
+        "build s",
+        "search p50 ms",
+        "search p99 ms",
+        "recall@1 vs exact",
+        "index MB",
+        "bytes/entry",
+        "peak RSS growth MB",
+    ]
+    intro = (
+        f"`benchmarks.index_search` on synthetic clustered 384-d unit vectors, {part.get('queries')} noisy "
+        f"queries one at a time; FAISS built with {part.get('build_threads')} threads and searched with "
+        f"{part.get('search_threads')}. semcache searches a scope flat (exact) below `hnsw_min_entries` and "
+        "with HNSW (M=32) above it."
+    )
+    return "## Vector index\n\n" + intro + "\n\n" + _table(head, rows)
+
+
+def _notes_section(results: dict[str, Any]) -> str:
+    notes = list(results.get("notes", []))
+    for part in ("embedder", "semcache", "gptcache", "litellm", "index"):
+        if isinstance(results.get(part), dict) and "skipped" in results[part]:
+            notes.append(f"{part}: skipped ({results[part]['skipped']})")
+    if not notes:
+        return ""
+    return "## Not measured, and other notes\n\n" + "\n".join(f"- {note}" for note in dict.fromkeys(notes))
+
+
+def _why_not(part: Any) -> str:
+    if isinstance(part, dict) and part.get("skipped"):
+        return f"skipped: {part['skipped']}."
+    if isinstance(part, dict) and part.get("error"):
+        return f"failed: {part['error']}"
+    return "not measured."
+
+
+# --- the plot -----------------------------------------------------------------------------------
+
+
+def plot(samples: dict[str, dict[str, dict[str, list[float]]]], path: Path) -> Path | None:
+    """Latency distributions (ECDF, log scale) at the fewest and the most clients, one line per
+    cache and path; returns ``path``, or None when nothing was measured or matplotlib is missing."""
+    levels = sorted({int(c) for by_level in samples.values() for c in by_level})
+    plt = pyplot() if levels else None
+    if plt is None:
+        return None
+    from matplotlib import ticker
+
+    shown = [levels[0], levels[-1]] if len(levels) > 1 else levels
+    figure, axes = plt.subplots(1, len(shown), figsize=(7 * len(shown), 4.8), squeeze=False)
+    for axis, clients in zip(axes[0], shown, strict=True):
+        for system, by_level in samples.items():
+            for phase, values in by_level.get(str(clients), {}).items():
+                if not values:
+                    continue
+                ordered = sorted(values)
+                fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
+                label = f"{SYSTEM_NAMES.get(system, system)}: {PHASE_NAMES.get(phase, phase)}"
+                axis.step(ordered, fractions, where="post", label=f"{label} (p50 {statistics.median(ordered):.1f} ms)")
+        axis.set_xscale("log")
+        axis.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.xaxis.set_minor_formatter(ticker.NullFormatter())  # minor labels overlap within a decade
+        axis.set_xlabel("latency (ms, log scale)")
+        axis.set_ylabel("fraction of requests")
+        axis.set_title(f"{clients} concurrent client{'s' if clients > 1 else ''}")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=7, loc="best")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

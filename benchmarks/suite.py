@@ -1,0 +1,465 @@
+"""Every benchmark in one run, behind ``python -m benchmarks run``: the embedder floor, semcache over
+HTTP at several concurrencies, the same workload through GPTCache and LiteLLM's proxy, and the
+vector index at growing sizes. Results go to ``results.json`` (figures), ``samples.json`` (every
+latency, for plots) and ``summary.md`` (targets with PASS/MISS, tables, the plot), rewritten after
+each part so an interrupted run keeps what it measured.
+
+A part that cannot run here (a throwaway venv not built in quick mode, a failed install) is
+recorded with the reason, in the JSON and in the summary; nothing is estimated in its place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from semcache.testing.servers import SemcacheProcess
+
+from . import report
+from ._common import standin_process
+from .gptcache_speed import measure as measure_gptcache
+from .http_load import (
+    OutcomeOf,
+    PhaseResult,
+    Workload,
+    direct_outcome,
+    fill,
+    new_client,
+    run_phase,
+    semcache_outcome,
+)
+from .litellm_proxy import (
+    LITELLM_VENV,
+    SEMANTIC_UNAVAILABLE,
+    CacheType,
+    built_litellm_venv,
+    ensure_litellm_venv,
+    litellm_outcome,
+    litellm_proxy,
+)
+from .quality_vs_gptcache import GPTCACHE_VENV, BenchmarkError, built_gptcache_venv, ensure_gptcache_venv, stderr
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("embedder", "http", "gptcache", "litellm", "index")
+RESULT_KEYS = {"http": "semcache"}  # where a part's results go, when not under its own name
+ONNX_EXPORTS = ROOT / "benchmarks" / "results" / ".models"
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment values never written to the results
+Samples = dict[str, dict[str, dict[str, list[float]]]]  # system -> clients -> phase -> latencies (ms)
+
+
+@dataclass
+class Options:
+    """What one run measures. ``quick`` only changes the defaults the command line starts from."""
+
+    out: Path
+    quick: bool = False
+    concurrency: list[int] = field(default_factory=lambda: [1, 8, 64])
+    requests: int = 600  # hit requests per phase and concurrency level
+    miss_requests: int = 40  # miss requests per concurrency level
+    per_client: int = 4  # at least this many requests per client in every phase
+    upstream_delay_ms: tuple[float, float] = (300.0, 800.0)  # first byte, spread per prompt
+    index_sizes: list[int] = field(default_factory=lambda: [10_000, 100_000, 1_000_000])
+    index_queries: int = 500
+    index_threads: int = 0  # FAISS threads for building; 0: every core
+    embed_rounds: int = 3
+    skip: set[str] = field(default_factory=set)
+    build_venvs: bool = True  # False: use the GPTCache/LiteLLM venvs only if they are already built
+    litellm_cache: CacheType = "local"
+    semcache_env: dict[str, str] = field(default_factory=dict)
+    command: str = ""
+
+    @classmethod
+    def quick_defaults(cls, out: Path) -> Options:
+        return cls(
+            out,
+            quick=True,
+            requests=16,
+            miss_requests=16,
+            per_client=1,
+            upstream_delay_ms=(10.0, 30.0),
+            index_sizes=[2_000],
+            index_queries=100,
+            embed_rounds=1,
+            build_venvs=False,
+        )
+
+    def mode(self) -> str:
+        """``quick``, ``full`` (every default, every part) or ``custom``."""
+        if self.quick:
+            return "quick"
+        measured = ("concurrency", "requests", "miss_requests", "per_client", "upstream_delay_ms", "index_sizes")
+        defaults = Options(self.out)
+        same = all(getattr(self, name) == getattr(defaults, name) for name in measured)
+        return "full" if same and not self.skip else "custom"
+
+    def hit_requests(self, clients: int) -> int:
+        return max(self.requests, self.per_client * clients)
+
+    def misses(self, clients: int) -> int:
+        return max(self.miss_requests, self.per_client * clients)
+
+
+@dataclass
+class Run:
+    """The results so far, written out after every part."""
+
+    options: Options
+    results: dict[str, Any] = field(default_factory=dict)
+    samples: Samples = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def save(self) -> None:
+        self.results["notes"] = self.notes
+        self.results["targets"] = report.targets(self.results)
+        self.results["ratios"] = report.ratios(self.results)
+        out = self.options.out
+        (out / "results.json").write_text(json.dumps(self.results, indent=2) + "\n")
+        (out / "samples.json").write_text(json.dumps(self.samples) + "\n")
+        (out / "summary.md").write_text(report.markdown(self.results))
+
+    def note(self, text: str) -> None:
+        stderr.print(f"[yellow]note:[/yellow] {text}")
+        self.notes.append(text)
+
+
+def run(options: Options) -> dict[str, Any]:
+    """Measure every part not in ``options.skip``; returns the results also written to ``options.out``."""
+    options.out.mkdir(parents=True, exist_ok=True)
+    if "SEMCACHE_EMBEDDING_CACHE_DIR" not in os.environ:
+        # One ONNX export for the embedder floor, semcache and later runs (the export is not measured).
+        options.semcache_env.setdefault("SEMCACHE_EMBEDDING_CACHE_DIR", str(ONNX_EXPORTS))
+    state = Run(options)
+    state.results["meta"] = meta(options)
+    workload = Workload.default()
+    parts: list[tuple[str, Callable[[Run, Workload, Progress], None]]] = [
+        ("embedder", part_embedder),
+        ("http", part_http),
+        ("gptcache", part_gptcache),
+        ("litellm", part_litellm),
+        ("index", part_index),
+    ]
+    with progress_bar() as progress:
+        for name, part in parts:
+            key = RESULT_KEYS.get(name, name)
+            if name in options.skip:
+                state.results[key] = {"skipped": "--skip " + name}
+                continue
+            started = time.monotonic()
+            try:
+                part(state, workload, progress)
+            except (BenchmarkError, OSError, RuntimeError, httpx.HTTPError, ValueError) as exc:
+                state.results[key] = {"error": f"{type(exc).__name__}: {exc}"}
+                state.note(f"{name} failed: {exc}")
+            if isinstance(state.results.get(key), dict):
+                state.results[key]["part_seconds"] = round(time.monotonic() - started, 1)
+            state.save()
+    state.results["meta"]["finished"] = _now()
+    state.results["meta"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    if (plot := report.plot(state.samples, options.out / "latency.png")) is not None:
+        state.results["meta"]["plot"] = plot.name
+    state.save()
+    return state.results
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
+
+
+def meta(options: Options) -> dict[str, Any]:
+    described = asdict(options)
+    described["out"] = str(options.out)
+    described["skip"] = sorted(options.skip)
+    described["semcache_env"] = {
+        name: "<redacted>" if any(word in name for word in SECRET_WORDS) else value
+        for name, value in options.semcache_env.items()
+    }
+    low, high = options.upstream_delay_ms
+    return {
+        "command": options.command,
+        "mode": options.mode(),
+        "started": _now(),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "commit": _commit(),
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
+        "upstream": f"stand-in upstream, {low:g}–{high:g} ms before the first byte (fixed per prompt)",
+        "options": described,
+    }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+# --- the embedder floor -------------------------------------------------------------------------
+
+
+def part_embedder(state: Run, workload: Workload, progress: Progress) -> None:
+    """In its own process, with semcache's environment, before anything else runs."""
+    task = progress.add_task("embedder floor: one prompt, then batches", total=None)
+    env = {**os.environ, **state.options.semcache_env}
+    command = [sys.executable, "-m", "benchmarks.embedder_floor", "--rounds", str(state.options.embed_rounds)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    progress.remove_task(task)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-10:])
+        raise BenchmarkError(f"benchmarks.embedder_floor exited with {done.returncode}:\n{tail}")
+    state.results["embedder"] = json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- semcache over HTTP -------------------------------------------------------------------------
+
+
+def part_http(state: Run, workload: Workload, progress: Progress) -> None:
+    options = state.options
+    low, high = options.upstream_delay_ms
+    with (
+        standin_process(low / 1000, (high - low) / 1000) as upstream_url,
+        tempfile.TemporaryDirectory(prefix="semcache-bench-") as data,
+    ):
+        task = progress.add_task("semcache: starting", total=None)
+        service = SemcacheProcess(
+            data_dir=Path(data),
+            upstream_url=upstream_url,
+            env=options.semcache_env,
+            log_path=options.out / "semcache.log",
+        )
+        try:
+            # Loading the model takes minutes on busy cores. A start that fails leaves the process
+            # running (SemcacheProcess.__exit__ never runs), so stop it here in every case.
+            service.start(timeout_s=600)
+            progress.remove_task(task)
+            assert service.process is not None
+            phases = _semcache_phases(service.url, service.process.pid, upstream_url, workload, options, progress)
+            measured, samples = asyncio.run(phases)
+            stats = httpx.get(f"{service.url}/stats", timeout=30).json()
+        finally:
+            service.stop()
+    measured["server_stats"] = {k: stats.get(k) for k in ("embedding", "tiers", "coalesced", "requests")}
+    measured["semcache_env"] = sorted(options.semcache_env)
+    state.results["semcache"] = measured
+    state.samples["semcache"] = samples["semcache"]
+    state.samples["upstream"] = samples["upstream"]
+
+
+async def _semcache_phases(
+    url: str, pid: int, upstream_url: str, workload: Workload, options: Options, progress: Progress
+) -> tuple[dict[str, Any], Samples]:
+    chat, direct = f"{url}/v1/chat/completions", f"{upstream_url}/chat/completions"
+    by_level: dict[str, dict[str, Any]] = {}
+    samples: Samples = {"semcache": {}, "upstream": {}}
+    async with new_client(max(options.concurrency)) as client:
+        filled = await fill(client, chat, workload.stored, semcache_outcome)
+        await _warm_up(client, chat, workload)
+        for clients in options.concurrency:
+            task = progress.add_task(f"semcache: {clients} clients", total=4)
+            misses = workload.misses(options.misses(clients), f"c{clients}")
+            hits = options.hit_requests(clients)
+            phases: dict[str, PhaseResult] = {}
+            plan: list[tuple[str, str, list[str], int, str, OutcomeOf, int | None]] = [
+                ("exact_hit", chat, workload.stored, hits, "exact", semcache_outcome, pid),
+                ("semantic_hit", chat, workload.paraphrases, hits, "semantic", semcache_outcome, pid),
+                # The same new prompts, first straight to the stand-in, then through semcache: each
+                # prompt waits the same upstream delay on both paths.
+                ("direct_upstream", direct, misses, len(misses), "direct", direct_outcome, None),
+                ("miss", chat, misses, len(misses), "miss", semcache_outcome, pid),
+            ]
+            for phase, target, prompts, requests, expect, outcome_of, server_pid in plan:
+                phases[phase] = await run_phase(
+                    client,
+                    target,
+                    prompts,
+                    concurrency=clients,
+                    requests=requests,
+                    expect=expect,
+                    outcome_of=outcome_of,
+                    server_pid=server_pid,
+                )
+                progress.advance(task)
+            progress.remove_task(task)
+            by_level[str(clients)] = {name: result.summary() for name, result in phases.items()}
+            samples["semcache"][str(clients)] = {n: r.samples_ms for n, r in phases.items() if n != "direct_upstream"}
+            samples["upstream"][str(clients)] = {"direct": phases["direct_upstream"].samples_ms}
+    return {"fill_outcomes": dict(filled), "by_concurrency": by_level}, samples
+
+
+async def _warm_up(client: httpx.AsyncClient, chat: str, workload: Workload) -> None:
+    for prompts in (workload.stored[:5], workload.paraphrases[:5]):
+        await run_phase(client, chat, prompts, concurrency=1, requests=5, expect="", outcome_of=semcache_outcome)
+
+
+# --- GPTCache -----------------------------------------------------------------------------------
+
+
+def part_gptcache(state: Run, workload: Workload, progress: Progress) -> None:
+    options = state.options
+    python = built_gptcache_venv()
+    if python is None and not options.build_venvs:
+        _skip_unbuilt(state, "gptcache", "GPTCache", GPTCACHE_VENV)
+        return
+    python = python or ensure_gptcache_venv()
+    hits = max(options.hit_requests(c) for c in options.concurrency)
+    requests = {"exact_hit": hits, "semantic_hit": hits, "miss": max(options.misses(c) for c in options.concurrency)}
+    misses = workload.misses(requests["miss"], "gptcache")
+    results, samples = measure_gptcache(python, workload, options.concurrency, requests, misses, progress)
+    by_level = {level: results.pop(level) for level in [str(c) for c in options.concurrency]}
+    state.results["gptcache"] = {**results, "by_concurrency": by_level, "transport": "in-process get() calls"}
+    state.samples["gptcache"] = samples
+
+
+def _skip_unbuilt(state: Run, key: str, name: str, venv: Path) -> None:
+    reason = f"its venv {venv.relative_to(ROOT)} is not built; quick mode does not build it, a run without --quick does"
+    state.results[key] = {"skipped": reason}
+    stderr.print(f"[yellow]note:[/yellow] {name} skipped: {reason}")
+
+
+# --- LiteLLM ------------------------------------------------------------------------------------
+
+
+def part_litellm(state: Run, workload: Workload, progress: Progress) -> None:
+    options = state.options
+    command = built_litellm_venv()
+    if command is None and not options.build_venvs:
+        _skip_unbuilt(state, "litellm", "LiteLLM", LITELLM_VENV)
+        return
+    command = command or ensure_litellm_venv()
+    low, high = options.upstream_delay_ms
+    with standin_process(low / 1000, (high - low) / 1000) as upstream_url:
+        task = progress.add_task("LiteLLM: starting the proxy", total=None)
+        with litellm_proxy(command, upstream_url, options.litellm_cache, options.out / "litellm.log") as proxy:
+            progress.remove_task(task)
+            headers = {"authorization": f"Bearer {proxy.master_key}"}
+            phases = _litellm_phases(proxy.base_url, proxy.pid, headers, workload, options, progress)
+            measured, samples = asyncio.run(phases)
+    state.results["litellm"] = {
+        "config": proxy.config,
+        "cache": options.litellm_cache,
+        "semantic_hit": SEMANTIC_UNAVAILABLE,
+        **measured,
+    }
+    state.samples["litellm"] = samples
+
+
+async def _litellm_phases(
+    base_url: str, pid: int, headers: dict[str, str], workload: Workload, options: Options, progress: Progress
+) -> tuple[dict[str, Any], dict[str, dict[str, list[float]]]]:
+    chat = f"{base_url}/chat/completions"
+    by_level: dict[str, dict[str, Any]] = {}
+    samples: dict[str, dict[str, list[float]]] = {}
+    async with new_client(max(options.concurrency), headers=headers) as client:
+        filled = await fill(client, chat, workload.stored, litellm_outcome)
+        # Paraphrases of stored prompts: to show what they are to an exact cache (misses).
+        paraphrases = await fill(client, chat, workload.paraphrases[:8], litellm_outcome)
+        for clients in options.concurrency:
+            task = progress.add_task(f"LiteLLM: {clients} clients", total=2)
+            # The same new prompts semcache's misses used: the stand-in delays each one the same.
+            misses = workload.misses(options.misses(clients), f"c{clients}")
+            exact = await run_phase(
+                client,
+                chat,
+                workload.stored,
+                concurrency=clients,
+                requests=options.hit_requests(clients),
+                expect="exact",
+                outcome_of=litellm_outcome,
+                server_pid=pid,
+            )
+            progress.advance(task)
+            miss = await run_phase(
+                client,
+                chat,
+                misses,
+                concurrency=clients,
+                requests=len(misses),
+                expect="miss",
+                outcome_of=litellm_outcome,
+                server_pid=pid,
+            )
+            progress.remove_task(task)
+            by_level[str(clients)] = {"exact_hit": exact.summary(), "miss": miss.summary()}
+            samples[str(clients)] = {"exact_hit": exact.samples_ms, "miss": miss.samples_ms}
+    described = {"fill_outcomes": dict(filled), "paraphrase_outcomes": dict(paraphrases), "by_concurrency": by_level}
+    return described, samples
+
+
+# --- the vector index ---------------------------------------------------------------------------
+
+
+def part_index(state: Run, workload: Workload, progress: Progress) -> None:
+    """benchmarks.index_search's measurement at each size: HNSW (what a large scope uses) and flat
+    (exact search, what a small scope uses and the reference for recall)."""
+    import faiss
+    import numpy as np
+
+    from .index_search import DIMENSION, measure, synthetic
+
+    options = state.options
+    faiss.omp_set_num_threads(options.index_threads or os.cpu_count() or 1)
+    rng = np.random.default_rng(7)
+    results: dict[str, Any] = {
+        "build_threads": faiss.omp_get_max_threads(),
+        "search_threads": 1,  # one query per lookup; more OpenMP threads only add waits on 2 busy cores
+        "queries": options.index_queries,
+    }
+    state.results["index"] = results
+    task = progress.add_task("index", total=len(options.index_sizes) * 2)
+    for size in options.index_sizes:
+        progress.update(task, description=f"index: {size:,} synthetic vectors")
+        vectors = synthetic(size, rng)
+        picks = rng.integers(0, size, options.index_queries)
+        noise = 0.05 * rng.standard_normal((options.index_queries, DIMENSION)).astype(np.float32)
+        queries = vectors[picks] + noise
+        faiss.normalize_L2(queries)
+        exact = faiss.IndexFlatIP(DIMENSION)
+        exact.add(vectors)
+        truth = exact.search(queries, 1)[1][:, 0]
+        del exact
+        measured: dict[str, Any] = {}
+        for kind in ("flat", "hnsw32"):
+            progress.update(task, description=f"index: {kind} at {size:,}")
+            figures = measure(kind, vectors, queries, truth, search_threads=1)
+            figures.pop("_latencies")
+            figures["bytes_per_entry"] = round(figures["serialized_mb"] * 2**20 / size)
+            measured[kind] = figures
+            progress.advance(task)
+        results[str(size)] = measured
+        del vectors
+        state.save()  # a million entries takes minutes: keep each size as it comes
+    progress.remove_task(task)
+
+
+def parse_parts(values: list[str]) -> set[str]:
+    chosen = {part.strip() for value in values for part in value.split(",") if part.strip()}
+    if unknown := chosen - set(PARTS):
+        raise ValueError(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    return chosen

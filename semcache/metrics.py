@@ -1,0 +1,247 @@
+"""Prometheus metrics of one app, in a registry of its own (several apps may share a process).
+
+Counters and histograms are fed by the request path through the ``Observer`` hooks. Figures that
+other parts keep already (the index's size, the sweeper's counts, the circuit breaker) are read
+when Prometheus scrapes, so they can never drift from what ``/stats`` shows.
+
+Every series is this replica's own: Prometheus adds replicas up itself (``sum by (...)``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .index import IndexStats
+from .observer import Stage, UpstreamErrorKind
+from .stats import LATENCY_PATHS, LatencyPath, Outcome
+from .upstreams.resilience import CircuitState
+
+# Bucket bounds in seconds: a request spans an exact hit (about a millisecond) to a long upstream
+# answer; the steps inside it span a FAISS search (tens of microseconds) to a slow embedding batch.
+REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+STEP_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+UPSTREAM_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Namespaces beyond the first ``max_namespaces`` share this label value ("(" is not allowed in a
+# namespace, so it cannot clash with one): clients choose namespaces, Prometheus pays per series.
+OTHER_NAMESPACES = "(other)"
+CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "open", "half_open")
+
+
+@dataclass(frozen=True)
+class Readings:
+    """Figures read at scrape time from the parts that keep them; None where there is no such part."""
+
+    ready: bool = False
+    index: IndexStats | None = None
+    expired: int = 0
+    evicted: int = 0
+    breaker_state: CircuitState | None = None
+    breaker_opened: int = 0
+    upstream_retries: int = 0
+
+
+class Metrics:
+    """The app's Prometheus series. Implements ``semcache.observer.Observer``."""
+
+    def __init__(self, read: Callable[[], Readings] = Readings, *, max_namespaces: int = 100) -> None:
+        self.registry = _Registry()
+        self._max_namespaces = max_namespaces
+        self._namespaces: set[str] = set()
+        self._lock = threading.Lock()
+        # Labelled children, kept at hand: ``labels()`` costs microseconds, on every request.
+        self._request_children: dict[tuple[str, str, str], Counter] = {}
+        self._saved_children: dict[str, tuple[Counter, Counter, Counter]] = {}
+        registry = self.registry
+        self._requests = Counter(
+            "semcache_requests",
+            "Chat completion requests by outcome, tier (of hits; 'none' otherwise) and namespace.",
+            ["outcome", "tier", "namespace"],
+            registry=registry,
+        )
+        request_seconds = Histogram(
+            "semcache_request_duration_seconds",
+            "Whole chat requests, first byte in to last byte out, by path: exact_hit, template_hit, semantic_hit, "
+            "miss, bypass, error.",
+            ["path"],
+            buckets=REQUEST_BUCKETS_S,
+            registry=registry,
+        )
+        self._request_seconds = {path: request_seconds.labels(path) for path in LATENCY_PATHS}
+        self._embedding_seconds = Histogram(
+            "semcache_embedding_duration_seconds",
+            "One embedding model call, on a batch of prompts.",
+            buckets=STEP_BUCKETS_S,
+            registry=registry,
+        )
+        self._embedding_batch = Histogram(
+            "semcache_embedding_batch_size",
+            "Prompts per embedding model call.",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=registry,
+        )
+        store_seconds = Histogram(
+            "semcache_store_duration_seconds",
+            "Store calls on the request path: lookup (exact key), read (a semantic candidate), write (a new entry).",
+            ["operation"],
+            buckets=STEP_BUCKETS_S,
+            registry=registry,
+        )
+        self._stages = {
+            "index_search": Histogram(
+                "semcache_index_search_duration_seconds",
+                "One FAISS search of a request's scope.",
+                buckets=STEP_BUCKETS_S,
+                registry=registry,
+            ),
+            "store_lookup": store_seconds.labels("lookup"),
+            "store_read": store_seconds.labels("read"),
+            "store_write": store_seconds.labels("write"),
+            "upstream_first_byte": Histogram(
+                "semcache_upstream_first_byte_seconds",
+                "Streamed upstream calls: time to the first chunk, retries included.",
+                buckets=UPSTREAM_BUCKETS_S,
+                registry=registry,
+            ),
+            "upstream_total": Histogram(
+                "semcache_upstream_duration_seconds",
+                "Upstream calls, streamed or not, to the end of the answer, retries included.",
+                buckets=UPSTREAM_BUCKETS_S,
+                registry=registry,
+            ),
+        }
+        self._upstream_errors = Counter(
+            "semcache_upstream_errors",
+            "Failed upstream attempts by HTTP status and kind: 'status' (it answered with an error) or "
+            "'unavailable' (unreachable, timed out, or a broken answer: status 502 or 504).",
+            ["status", "kind"],
+            registry=registry,
+        )
+        self._tokens_saved = Counter(
+            "semcache_tokens_saved",
+            "Tokens of answers served without an upstream call (tiktoken), by kind.",
+            ["namespace", "kind"],
+            registry=registry,
+        )
+        self._cost_saved = Counter(
+            "semcache_cost_saved_usd",
+            "Estimated US dollars those tokens would have cost (the price table).",
+            ["namespace"],
+            registry=registry,
+        )
+        registry.register(_ScrapeTimeCollector(read))
+
+    # -- Observer ----------------------------------------------------------------------------------
+
+    def request(self, namespace: str, outcome: Outcome, tier: str | None) -> None:
+        labels = (outcome, tier or "none", self._namespace(namespace))
+        child = self._request_children.get(labels)
+        if child is None:
+            child = self._request_children.setdefault(labels, self._requests.labels(*labels))
+        child.inc()
+
+    def stage(self, stage: Stage, seconds: float) -> None:
+        self._stages[stage].observe(seconds)
+
+    def upstream_error(self, status: int, kind: UpstreamErrorKind) -> None:
+        self._upstream_errors.labels(str(status), kind).inc()
+
+    def saved(self, namespace: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None) -> None:
+        label = self._namespace(namespace)
+        children = self._saved_children.get(label)
+        if children is None:
+            children = self._saved_children.setdefault(
+                label,
+                (self._tokens_saved.labels(label, "prompt"), self._tokens_saved.labels(label, "completion"),
+                 self._cost_saved.labels(label)),
+            )  # fmt: skip
+        prompt, completion, cost = children
+        prompt.inc(prompt_tokens)
+        completion.inc(completion_tokens)
+        cost.inc(cost_usd or 0.0)
+
+    # -- the web layer's and the embedder's hooks ---------------------------------------------------
+
+    def request_duration(self, path: LatencyPath, seconds: float) -> None:
+        self._request_seconds[path].observe(seconds)
+
+    def embedded(self, batch_size: int, seconds: float) -> None:
+        self._embedding_seconds.observe(seconds)
+        self._embedding_batch.observe(batch_size)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text format Prometheus scrapes, and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def _namespace(self, namespace: str) -> str:
+        if namespace in self._namespaces:
+            return namespace
+        with self._lock:
+            if len(self._namespaces) < self._max_namespaces:
+                self._namespaces.add(namespace)
+                return namespace
+        return OTHER_NAMESPACES
+
+
+class _Registry(CollectorRegistry):
+    """Leaves out the ``_created`` timestamps prometheus-client adds to counters and histograms:
+    Prometheus would store each as one more series, for nothing a dashboard reads.
+    (``prometheus_client.disable_created_metrics()`` would do it, for the whole process.)"""
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in super().collect():
+            metric.samples = [sample for sample in metric.samples if not sample.name.endswith("_created")]
+            yield metric
+
+
+class _ScrapeTimeCollector(Collector):
+    def __init__(self, read: Callable[[], Readings]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        readings = self._read()
+        yield GaugeMetricFamily(
+            "semcache_ready", "1 once the model, the store and the index are loaded.", value=float(readings.ready)
+        )
+        yield CounterMetricFamily(
+            "semcache_expiries", "Entries removed when their TTL ran out.", value=readings.expired
+        )
+        yield CounterMetricFamily(
+            "semcache_evictions",
+            "Entries removed by the size bound, least recently used first.",
+            value=readings.evicted,
+        )
+        index = readings.index
+        if index is not None:
+            yield GaugeMetricFamily("semcache_index_entries", "Vectors in the FAISS index.", value=index.entries)
+            yield GaugeMetricFamily(
+                "semcache_index_tombstones",
+                "Removed vectors an HNSW index still holds until its next rebuild.",
+                value=index.tombstones,
+            )
+            yield GaugeMetricFamily(
+                "semcache_index_partitions", "Index partitions (one per scope).", value=index.partitions
+            )
+            yield GaugeMetricFamily("semcache_index_rebuilding", "Index rebuilds running now.", value=index.rebuilding)
+            yield CounterMetricFamily("semcache_index_rebuilds", "Index rebuilds finished.", value=index.rebuilds)
+        if readings.breaker_state is not None:
+            state = GaugeMetricFamily(
+                "semcache_circuit_breaker_state",
+                "1 for the state the upstream's circuit breaker is in, 0 for the others.",
+                labels=["state"],
+            )
+            for name in CIRCUIT_STATES:
+                state.add_metric([name], float(name == readings.breaker_state))
+            yield state
+            yield CounterMetricFamily(
+                "semcache_circuit_breaker_opened", "Times the circuit breaker opened.", value=readings.breaker_opened
+            )
+            yield CounterMetricFamily(
+                "semcache_upstream_retries", "Upstream attempts beyond the first.", value=readings.upstream_retries
+            )

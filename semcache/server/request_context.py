@@ -1,0 +1,70 @@
+"""Every request gets an id: the client's ``X-Request-Id`` when it is sane, else a fresh one. It is
+bound for the whole request (so every log line carries it), sent back in ``X-Request-Id``, and the
+request ends with one log line: method, path, status, duration and the cache's verdict."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..logs import REQUEST_ID_HEADER, accept_request_id, bind_request_id, unbind_request_id
+
+log = logging.getLogger("semcache.access")
+
+# Polled by load balancers and scrapers: their lines go to debug, not to every operator's screen.
+_QUIET_PATHS = frozenset({"/healthz", "/metrics"})
+
+
+class RequestContext:
+    """Pure ASGI middleware (no extra task), so the id is bound in the request's own context."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = accept_request_id(Headers(scope=scope).get(REQUEST_ID_HEADER))
+        token = bind_request_id(request_id)
+        started = time.perf_counter()
+        response: dict[str, Any] = {"status": 500}
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers[REQUEST_ID_HEADER] = request_id
+                response.update(status=message["status"], semcache=headers.get("x-semcache"),
+                                tier=headers.get("x-semcache-tier"))  # fmt: skip
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except BaseException:
+            # The id stays bound: Starlette's outermost error handler logs the failure after this
+            # returns, in this same task (which ends with the request).
+            _log_request(scope, response, time.perf_counter() - started)
+            raise
+        _log_request(scope, response, time.perf_counter() - started)
+        unbind_request_id(token)
+
+
+def _log_request(scope: Scope, response: dict[str, Any], seconds: float) -> None:
+    path = scope.get("path", "")  # never the query string: clients put keys there
+    fields = {
+        "method": scope.get("method"),
+        "path": path,
+        "status": response["status"],
+        "duration_ms": round(seconds * 1000, 2),
+        "client": (scope.get("client") or ("",))[0],
+    }
+    if response.get("semcache"):
+        fields["semcache"] = response["semcache"]
+    if response.get("tier"):
+        fields["tier"] = response["tier"]
+    level = logging.DEBUG if path in _QUIET_PATHS else logging.INFO
+    log.log(level, "%s %s %d", fields["method"], path, fields["status"], extra=fields)
