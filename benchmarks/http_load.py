@@ -1,6 +1,11 @@
 """Closed-loop HTTP load on an OpenAI-compatible endpoint: N async clients, each sending its next
 request as soon as its last one is answered, so N requests are really in flight at once.
 
+Each simulated client has an ``httpx.AsyncClient`` (and so a connection) of its own. One shared
+pool serving 64 concurrent requests cost this process a whole core and capped it at 160 requests/s
+against the stand-in with no delay, where 64 separate clients reached 1,370/s: the load generator,
+not the server, would have set the pace.
+
 Used by ``python -m benchmarks run`` for semcache, for the stand-in upstream called directly and
 for LiteLLM's proxy. A request counts towards a phase's latency and throughput only when its
 outcome (read from the response by ``outcome_of``) is the one the phase expects; the others are
@@ -15,7 +20,8 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,22 +93,21 @@ class PhaseResult:
 
 
 async def run_phase(
-    client: httpx.AsyncClient,
+    clients: list[httpx.AsyncClient],
     url: str,
     prompts: list[str],
     *,
-    concurrency: int,
     requests: int,
     expect: str,
     outcome_of: OutcomeOf,
     server_pid: int | None = None,
 ) -> PhaseResult:
-    """Send ``requests`` chat completions to ``url`` (cycling through ``prompts``) from
-    ``concurrency`` clients at once; with ``server_pid``, also count the server's CPU time."""
+    """Send ``requests`` chat completions to ``url`` (cycling through ``prompts``) from every one of
+    ``clients`` at once; with ``server_pid``, also count the server's CPU time."""
     order: Iterator[str] = itertools.islice(itertools.cycle(prompts), requests)
     result = PhaseResult()
 
-    async def one_client() -> None:
+    async def one_client(client: httpx.AsyncClient) -> None:
         for prompt in order:  # the clients share one iterator: each takes the next prompt
             elapsed, outcome = await timed_request(client, url, prompt, outcome_of)
             result.outcomes[outcome] += 1
@@ -111,7 +116,7 @@ async def run_phase(
 
     server_before = process_cpu_s(server_pid)
     cpu_before, started = time.process_time(), time.perf_counter()
-    await asyncio.gather(*(one_client() for _ in range(concurrency)))
+    await asyncio.gather(*(one_client(client) for client in clients))
     result.wall_s = time.perf_counter() - started
     result.client_cpu_s = time.process_time() - cpu_before
     server_after = process_cpu_s(server_pid)
@@ -142,15 +147,18 @@ async def timed_request(client: httpx.AsyncClient, url: str, prompt: str, outcom
     return (time.perf_counter() - started) * 1000, outcome_of(response)
 
 
-async def fill(client: httpx.AsyncClient, url: str, prompts: list[str], outcome_of: OutcomeOf) -> Counter[str]:
-    """Ask every prompt once, 32 at a time, so that the cache holds them; returns the outcomes."""
-    result = await run_phase(
-        client, url, prompts, concurrency=min(32, len(prompts)), requests=len(prompts), expect="", outcome_of=outcome_of
-    )
+async def fill(clients: list[httpx.AsyncClient], url: str, prompts: list[str], outcome_of: OutcomeOf) -> Counter[str]:
+    """Ask every prompt once, from every client at once, so that the cache holds them; returns the outcomes."""
+    result = await run_phase(clients, url, prompts, requests=len(prompts), expect="", outcome_of=outcome_of)
     return result.outcomes
 
 
-def new_client(concurrency: int, headers: dict[str, str] | None = None, timeout_s: float = 120.0) -> httpx.AsyncClient:
-    """One pooled client with room for every concurrent request on its own kept-alive connection."""
-    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
-    return httpx.AsyncClient(timeout=timeout_s, limits=limits, headers=headers)
+@asynccontextmanager
+async def client_pool(
+    count: int, headers: dict[str, str] | None = None, timeout_s: float = 120.0
+) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """``count`` simulated clients, each with its own kept-alive connections."""
+    async with AsyncExitStack() as stack:
+        limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)  # cache and stand-in
+        make = lambda: httpx.AsyncClient(timeout=timeout_s, limits=limits, headers=headers)  # noqa: E731
+        yield [await stack.enter_async_context(make()) for _ in range(count)]

@@ -36,9 +36,9 @@ from .http_load import (
     OutcomeOf,
     PhaseResult,
     Workload,
+    client_pool,
     direct_outcome,
     fill,
-    new_client,
     run_phase,
     semcache_outcome,
 )
@@ -278,10 +278,11 @@ async def _semcache_phases(
     chat, direct = f"{url}/v1/chat/completions", f"{upstream_url}/chat/completions"
     by_level: dict[str, dict[str, Any]] = {}
     samples: Samples = {"semcache": {}, "upstream": {}}
-    async with new_client(max(options.concurrency)) as client:
-        filled = await fill(client, chat, workload.stored, semcache_outcome)
-        await _warm_up(client, chat, workload)
-        for clients in options.concurrency:
+    async with client_pool(32) as pool:
+        filled = await fill(pool, chat, workload.stored, semcache_outcome)
+    for clients in options.concurrency:
+        async with client_pool(clients) as pool:
+            await _warm_up(pool, chat, workload)
             task = progress.add_task(f"semcache: {clients} clients", total=4)
             misses = workload.misses(options.misses(clients), f"c{clients}")
             hits = options.hit_requests(clients)
@@ -296,10 +297,9 @@ async def _semcache_phases(
             ]
             for phase, target, prompts, requests, expect, outcome_of, server_pid in plan:
                 phases[phase] = await run_phase(
-                    client,
+                    pool,
                     target,
                     prompts,
-                    concurrency=clients,
                     requests=requests,
                     expect=expect,
                     outcome_of=outcome_of,
@@ -313,9 +313,10 @@ async def _semcache_phases(
     return {"fill_outcomes": dict(filled), "by_concurrency": by_level}, samples
 
 
-async def _warm_up(client: httpx.AsyncClient, chat: str, workload: Workload) -> None:
-    for prompts in (workload.stored[:5], workload.paraphrases[:5]):
-        await run_phase(client, chat, prompts, concurrency=1, requests=5, expect="", outcome_of=semcache_outcome)
+async def _warm_up(pool: list[httpx.AsyncClient], chat: str, workload: Workload) -> None:
+    """Connect every client, and run both lookup paths once, before anything is timed."""
+    for prompts in (workload.stored, workload.paraphrases):
+        await run_phase(pool, chat, prompts, requests=max(len(pool), 5), expect="", outcome_of=semcache_outcome)
 
 
 # --- GPTCache -----------------------------------------------------------------------------------
@@ -376,19 +377,21 @@ async def _litellm_phases(
     chat = f"{base_url}/chat/completions"
     by_level: dict[str, dict[str, Any]] = {}
     samples: dict[str, dict[str, list[float]]] = {}
-    async with new_client(max(options.concurrency), headers=headers) as client:
-        filled = await fill(client, chat, workload.stored, litellm_outcome)
+    async with client_pool(32, headers=headers) as pool:
+        filled = await fill(pool, chat, workload.stored, litellm_outcome)
         # Paraphrases of stored prompts: to show what they are to an exact cache (misses).
-        paraphrases = await fill(client, chat, workload.paraphrases[:8], litellm_outcome)
-        for clients in options.concurrency:
+        paraphrases = await fill(pool, chat, workload.paraphrases[:8], litellm_outcome)
+    for clients in options.concurrency:
+        async with client_pool(clients, headers=headers) as pool:
+            # Connect every client (exact hits) before anything is timed.
+            await run_phase(pool, chat, workload.stored, requests=len(pool), expect="", outcome_of=litellm_outcome)
             task = progress.add_task(f"LiteLLM: {clients} clients", total=2)
             # The same new prompts semcache's misses used: the stand-in delays each one the same.
             misses = workload.misses(options.misses(clients), f"c{clients}")
             exact = await run_phase(
-                client,
+                pool,
                 chat,
                 workload.stored,
-                concurrency=clients,
                 requests=options.hit_requests(clients),
                 expect="exact",
                 outcome_of=litellm_outcome,
@@ -396,10 +399,9 @@ async def _litellm_phases(
             )
             progress.advance(task)
             miss = await run_phase(
-                client,
+                pool,
                 chat,
                 misses,
-                concurrency=clients,
                 requests=len(misses),
                 expect="miss",
                 outcome_of=litellm_outcome,
