@@ -4,10 +4,12 @@ running in front of it on loopback."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -106,3 +108,25 @@ def ask(client: openai.OpenAI, prompt: str, **kwargs: Any) -> tuple[str, dict[st
         model=kwargs.pop("model", "test-model"), messages=messages, extra_headers=extra_headers, **kwargs
     )
     return raw.parse().choices[0].message.content or "", dict(raw.headers)
+
+
+def chat(url: str, prompt: str) -> httpx.Response:
+    """One plain HTTP chat completion, for tests that kill the service mid-request."""
+    return httpx.post(
+        f"{url}/v1/chat/completions", timeout=30, json={"model": "m", "messages": [{"role": "user", "content": prompt}]}
+    )
+
+
+def write_misses(url: str, worker: int, acknowledged: list[str], stop: threading.Event) -> None:
+    """Send new questions until ``stop`` or the service dies; record each answered as a miss,
+    which was stored before its reply: an acknowledged entry."""
+    for n in range(10_000):
+        if stop.is_set():
+            return
+        prompt = f"Question {worker}-{n}: what is {worker * 1000 + n} squared?"
+        try:
+            response = chat(url, prompt)
+        except httpx.HTTPError:
+            return  # the service died mid-request: not acknowledged
+        if response.status_code == 200 and response.headers["x-semcache"] == "miss":
+            acknowledged.append(prompt)

@@ -21,7 +21,7 @@ from semcache.testing.redis_server import RedisServer
 from semcache.testing.servers import SemcacheProcess, ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
 
-from .conftest import ask
+from .conftest import ask, chat, write_misses
 
 pytestmark = pytest.mark.slow
 
@@ -209,12 +209,6 @@ def test_redis_down_means_a_plain_proxy_then_it_catches_up(
     assert figures["bypass"] == 3  # counted during the outage, shared once Redis was back
 
 
-def _chat(url: str, prompt: str) -> httpx.Response:
-    return httpx.post(
-        f"{url}/v1/chat/completions", timeout=30, json={"model": "m", "messages": [{"role": "user", "content": prompt}]}
-    )
-
-
 def test_kill_9_of_a_replica_while_writing_and_of_redis_loses_nothing_acknowledged(
     tmp_path: Path, redis_server: RedisServer, upstream: StandinUpstream
 ) -> None:
@@ -229,21 +223,9 @@ def test_kill_9_of_a_replica_while_writing_and_of_redis_loses_nothing_acknowledg
     acknowledged: list[str] = []
     stop = threading.Event()
 
-    def writer(worker: int) -> None:
-        for n in range(10_000):
-            if stop.is_set():
-                return
-            prompt = f"Question {worker}-{n}: what is {worker * 1000 + n} squared?"
-            try:
-                response = _chat(a.url, prompt)
-            except httpx.HTTPError:
-                return  # the replica died mid-request: not acknowledged
-            if response.status_code == 200 and response.headers["x-semcache"] == "miss":
-                acknowledged.append(prompt)
-
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         for worker in range(6):
-            pool.submit(writer, worker)
+            pool.submit(write_misses, a.url, worker, acknowledged, stop)
         wait_for(lambda: len(acknowledged) >= 40, 60)
         a.kill()
         stop.set()
@@ -251,7 +233,7 @@ def test_kill_9_of_a_replica_while_writing_and_of_redis_loses_nothing_acknowledg
     calls_before = upstream.chat_calls()
 
     for prompt in acknowledged:  # the other replica has every acknowledged entry
-        assert _chat(b.url, prompt).headers.get("x-semcache-tier") == "exact", prompt
+        assert chat(b.url, prompt).headers.get("x-semcache-tier") == "exact", prompt
 
     redis_server.kill()  # and Redis itself dies: appendfsync always keeps them all
     redis_server.start()  # same port and folder: its AOF comes back
@@ -260,7 +242,7 @@ def test_kill_9_of_a_replica_while_writing_and_of_redis_loses_nothing_acknowledg
         wait_for(lambda: stats(b.url)["replica"]["connected"], 20)
         for url in (a.url, b.url):
             for prompt in acknowledged:
-                assert _chat(url, prompt).headers.get("x-semcache-tier") == "exact", prompt
+                assert chat(url, prompt).headers.get("x-semcache-tier") == "exact", prompt
         figures = stats(a.url)
         assert figures["index"]["entries"] == figures["entries"] >= len(acknowledged)
     finally:

@@ -4,14 +4,13 @@ restart it. Never the machine's shared 6379."""
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import redis
 
-from .servers import free_port
+from .servers import free_port, kill_process, stop_process
 
 
 class RedisServer:
@@ -56,17 +55,10 @@ class RedisServer:
 
     def kill(self) -> None:
         """``kill -9``: Redis gets no chance to flush anything."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
+        kill_process(self.process)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_process(self.process, timeout_s=10)
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port)

@@ -96,6 +96,23 @@ def wait_healthy(url: str, timeout_s: float = 120.0, process: subprocess.Popen[b
     raise TimeoutError(f"{url} did not become healthy in {timeout_s} s")
 
 
+def kill_process(process: subprocess.Popen[bytes] | None) -> None:
+    """``kill -9`` a child process, if it still runs."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    """SIGTERM, then ``kill -9`` if it has not exited after ``timeout_s``."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_process(process)
+
+
 class SemcacheProcess:
     """``semcache serve`` as a child process, for restarts and ``kill -9``."""
 
@@ -137,17 +154,10 @@ class SemcacheProcess:
 
     def kill(self) -> None:
         """``kill -9``: no shutdown handlers run."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
+        kill_process(self.process)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_process(self.process, timeout_s=30)
 
     def __enter__(self) -> SemcacheProcess:
         return self.start()
