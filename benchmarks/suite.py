@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from semcache.testing.servers import SemcacheProcess
 
@@ -51,7 +51,14 @@ from .litellm_proxy import (
     litellm_outcome,
     litellm_proxy,
 )
-from .quality_vs_gptcache import GPTCACHE_VENV, BenchmarkError, built_gptcache_venv, ensure_gptcache_venv, stderr
+from .quality_vs_gptcache import (
+    GPTCACHE_VENV,
+    BenchmarkError,
+    built_gptcache_venv,
+    ensure_gptcache_venv,
+    progress_bar,
+    stderr,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("embedder", "http", "gptcache", "litellm", "index")
@@ -173,17 +180,6 @@ def run(options: Options) -> dict[str, Any]:
         state.results["meta"]["plot"] = plot.name
     state.save()
     return state.results
-
-
-def progress_bar() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    )
 
 
 def meta(options: Options) -> dict[str, Any]:

@@ -75,10 +75,6 @@ class Store(Protocol):
         """The stored vectors of those entries that still exist: (ids, scopes, matrix)."""
         ...
 
-    def vectors(self, batch_size: int = ...) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
-        """All stored vectors, in batches of (ids, scopes, matrix), for rebuilding the index."""
-        ...
-
     def entries(
         self, query: EntryQuery, *, after_id: int = 0, batch_size: int = ..., with_vectors: bool = False
     ) -> AsyncIterator[list[CacheEntry]]:

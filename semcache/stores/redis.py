@@ -398,13 +398,6 @@ class RedisStore:
     async def count(self) -> int:
         return int(await self._call(lambda: self._redis.zcard(self.key("lru"))))
 
-    async def vectors(self, batch_size: int = 10_000) -> AsyncIterator[tuple[list[int], list[str], np.ndarray]]:
-        ids = sorted(await self.stored_ids())
-        for start in range(0, len(ids), batch_size):
-            found, scopes, matrix = await self.vectors_for(ids[start : start + batch_size])
-            if found:
-                yield found, scopes, matrix
-
     async def entries(
         self, query: EntryQuery, *, after_id: int = 0, batch_size: int = 500, with_vectors: bool = False
     ) -> AsyncIterator[list[CacheEntry]]:
