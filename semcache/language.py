@@ -39,6 +39,8 @@ def detect_script(text: str) -> Script:
     Chinese. Ties go to the non-Latin script, whose multilingual model also reads the Latin part;
     text without letters stays "latin", as it always was.
     """
+    if text.isascii():  # most prompts, at C speed: ASCII holds no Han, kana or other letters
+        return "latin"
     latin_words = han = other_words = kana = 0
     previous = ""  # the script of the previous letter, to count words as runs
     for char in text:

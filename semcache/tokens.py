@@ -20,6 +20,10 @@ _BUNDLED = ("cl100k_base", "o200k_base")
 # Per-message overhead of the chat format, as OpenAI documents it for its current models.
 _TOKENS_PER_MESSAGE = 3
 _TOKENS_PER_REPLY = 3
+# Hits repeat the same prompts and answers: their counts are remembered, up to this many texts of
+# at most this length (longer texts are rarer and would hold too much memory).
+_COUNTS_KEPT = 8192
+_LONGEST_KEPT_CHARS = 4096
 
 
 def seed_tiktoken_cache(cache_dir: Path) -> Path:
@@ -51,6 +55,7 @@ class TokenCounter:
         os.environ["TIKTOKEN_CACHE_DIR"] = str(seed_tiktoken_cache(cache))
         for name in _BUNDLED:  # load now, not on the first hit
             tiktoken.get_encoding(name)
+        self._remembered_count = lru_cache(maxsize=_COUNTS_KEPT)(self._count)
 
     @staticmethod
     @lru_cache(maxsize=64)
@@ -62,6 +67,11 @@ class TokenCounter:
         return tiktoken.get_encoding(name if name in _BUNDLED else "cl100k_base")
 
     def count_text(self, text: str, model: str) -> int:
+        if len(text) > _LONGEST_KEPT_CHARS:
+            return self._count(text, model)
+        return self._remembered_count(text, model)
+
+    def _count(self, text: str, model: str) -> int:
         return len(self._encoding(model).encode(text, disallowed_special=()))
 
     def count_messages(self, messages: list[dict[str, Any]], model: str) -> int:

@@ -81,6 +81,29 @@ def test_onnx_int8_is_close_to_torch_and_named_apart(torch_fp32: Embedder, onnx_
     assert onnx_int8.name == f"{MODEL}+int8"  # different vectors: a store re-embeds instead of mixing them
 
 
+def test_a_long_text_in_a_batch_neither_changes_nor_slows_the_short_ones(onnx_fp32: OnnxEmbedder) -> None:
+    """Texts of very different lengths run in separate groups, each padded to its own longest text:
+    the vectors are those of one-by-one calls, and the run holds no row padded to the long text."""
+    conversation = " ".join(["The user asked about sourdough starters, hydration and oven temperatures."] * 30)
+    texts = [*PROMPTS, conversation, *PROMPTS]
+    widths: list[int] = []
+    run = onnx_fp32._run
+
+    def recording_run(encodings: list[object]) -> np.ndarray:
+        widths.append(max(len(e.ids) for e in encodings))  # type: ignore[attr-defined]
+        return run(encodings)  # type: ignore[arg-type]
+
+    onnx_fp32._run = recording_run  # type: ignore[method-assign]
+    try:
+        batched = onnx_fp32.embed(texts)
+    finally:
+        del onnx_fp32._run
+    one_by_one = np.vstack([onnx_fp32.embed([text]) for text in texts])
+    assert cosines(batched, one_by_one).min() > 0.9999
+    assert max(widths) == 256 and len(widths) >= 2  # the conversation, truncated to the model's limit, ran apart
+    assert sorted(widths)[-2] < 64  # the short prompts were not padded to it
+
+
 def test_exports_are_made_once_and_reused(
     onnx_fp32: OnnxEmbedder, onnx_int8: OnnxEmbedder, embedding_exports: Path
 ) -> None:

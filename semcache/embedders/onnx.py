@@ -227,9 +227,8 @@ class OnnxEmbedder:
         self.model_file = exported_model(folder, cache_dir, quantized=quantized)
         self._tokenizer = Tokenizer.from_file(str(folder.path / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=folder.max_seq_length)
-        padding = self._tokenizer.padding or {}
-        # tokenizer.json pads to a fixed 128; pad to the longest text instead, as sentence-transformers does.
-        self._tokenizer.enable_padding(pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]"))
+        self._pad_id = (self._tokenizer.padding or {}).get("pad_id", 0)
+        self._tokenizer.no_padding()  # tokenizer.json pads to a fixed 128: _run pads to the longest text instead
         self._session = onnxruntime.InferenceSession(
             str(self.model_file), _session_options(self.threads), providers=["CPUExecutionProvider"]
         )
@@ -237,13 +236,39 @@ class OnnxEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        encodings = [self._tokenizer.encode(texts[0])] if len(texts) == 1 else self._tokenizer.encode_batch(list(texts))
-        feeds = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-        }
-        (vectors,) = self._session.run(["embedding"], feeds)
+        if len(texts) == 1:
+            return self._run([self._tokenizer.encode(texts[0])])
+        encodings = self._tokenizer.encode_batch(list(texts))
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for rows in _similar_lengths([len(e.ids) for e in encodings]):
+            vectors[rows] = self._run([encodings[row] for row in rows])
+        return vectors
+
+    def _run(self, encodings: list[Any]) -> np.ndarray:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.full((len(encodings), width), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
+        (vectors,) = self._session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _similar_lengths(lengths: list[int]) -> list[list[int]]:
+    """Rows grouped so that no text is padded to more than twice its length (and 16 tokens).
+
+    A batch runs at the width of its longest text: one long conversation among short questions
+    would otherwise make every question in the batch cost as much as it.
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    groups: list[list[int]] = []
+    for row in order:
+        if groups and lengths[row] <= max(2 * lengths[groups[-1][0]], 16):
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
 
 
 def _session_options(threads: int) -> Any:
