@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: install serve test lint clean bench
+.PHONY: install serve test lint clean bench reliability
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest $(ARGS)
+
+# The load (30-minute soak), fault, fuzz and probe suites in full; `make test` runs them short.
+reliability: install
+	SEMCACHE_RELIABILITY=full $(BIN)/python -m pytest -m reliability -v $(ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks.latency $(ARGS)

@@ -25,14 +25,15 @@ def standin_process(latency_s: float = 0.0, jitter_s: float = 0.0) -> Iterator[s
          "--latency-s", str(latency_s), "--latency-jitter-s", str(jitter_s), "--log-level", "warning"]
     )  # fmt: skip
     try:
-        _wait_for(f"http://127.0.0.1:{port}/v1/models", process)
+        wait_for_standin(f"http://127.0.0.1:{port}/v1/models", process)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         process.terminate()
         process.wait(10)
 
 
-def _wait_for(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+def wait_for_standin(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    """Until ``url`` answers 200, while the stand-in's ``process`` runs; else RuntimeError."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and process.poll() is None:
         try:
@@ -40,7 +41,7 @@ def _wait_for(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30)
                 return
         except httpx.HTTPError:
             time.sleep(0.1)
-    raise RuntimeError("the stand-in upstream did not start")
+    raise RuntimeError(f"the stand-in upstream did not start (see {url})")
 
 
 def pyplot() -> Any | None:

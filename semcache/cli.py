@@ -87,6 +87,7 @@ def serve(
     from .logs import configure_logging
     from .server import create_app
     from .server.access import AccessPolicy
+    from .server.limits import bounded_http_protocol
 
     flags = {
         "host": host,
@@ -116,7 +117,7 @@ def serve(
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     # Only once the app is built: a refused start leaves the process's logging as it found it.
-    configure_logging(settings.log_level, settings.log_format, secrets=_secrets(settings, access.keys))
+    configure_logging(settings.log_level, settings.log_format, secrets=_secrets(settings, access.keys), background=True)
     # uvicorn's loggers go through the one redacting handler; its access log is replaced by ours.
     uvicorn.run(
         application,
@@ -125,6 +126,10 @@ def serve(
         log_level=settings.log_level,
         log_config=None,
         access_log=False,
+        # Bounds on the request line and headers: a 431 in OpenAI's shape (h11: a plain 400).
+        http=bounded_http_protocol(settings.max_header_bytes, settings.max_header_count) or "h11",
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        timeout_keep_alive=settings.http_keep_alive_s,
     )
 
 

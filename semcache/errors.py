@@ -8,7 +8,7 @@
     ├── RateLimited               429  the client's token bucket is empty (with Retry-After)
     ├── NotFound                  404
     ├── NotReady                  503  the model or the index is still loading
-    ├── StoreUnavailable          503  the shared store (Redis) cannot be reached
+    ├── StoreUnavailable          503  the store cannot be reached (Redis) or written (a full disk)
     └── UpstreamError             the upstream failed; status mirrors what the client should see
         ├── UpstreamUnavailable   502/504  connection refused, timed out, or a broken response
         └── UpstreamStatusError   the upstream answered with an HTTP error; its status is passed on
@@ -89,7 +89,7 @@ class NotReady(SemcacheError):
 
 
 class StoreUnavailable(SemcacheError):
-    """The shared store cannot be reached. The request path answers as a plain proxy instead."""
+    """The store cannot be reached, or cannot write. The request path answers without it instead."""
 
     status_code = 503
     error_type = "server_error"

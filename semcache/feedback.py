@@ -6,8 +6,6 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True)
 class ServedHit:
@@ -15,7 +13,10 @@ class ServedHit:
     tier: str
     entry_id: int | None
     query_key: str
-    vector: np.ndarray | None
+    # A semantic hit's query and the model that embedded it: a wrong hit's query is embedded again
+    # when it is reported (rarely), rather than its vector (1.5 KB) kept for every hit served.
+    query: str | None
+    embedding_model: str | None
     similarity: float | None
 
 

@@ -314,10 +314,14 @@ class ScopedVectorIndex:
             saved = len(self._scope_of)
         with self._save_lock:  # one writer at a time: a shutdown may meet a periodic snapshot
             temporary = folder / f".snapshot-{os.getpid()}-{threading.get_ident()}.tmp.npz"
-            np.savez(temporary, manifest=np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8), **arrays)
-            with open(temporary, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(temporary, folder / "snapshot.npz")
+            try:
+                np.savez(temporary, manifest=np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8), **arrays)
+                with open(temporary, "rb") as handle:
+                    os.fsync(handle.fileno())
+                os.replace(temporary, folder / "snapshot.npz")
+            except BaseException:
+                temporary.unlink(missing_ok=True)  # a full disk must not keep a half-written copy
+                raise
         return saved
 
     def load(self, folder: Path, *, embedding_model: str) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import guards
+from .instructions import find_answer_instruction
 from .language import Script, detect_script
 from .wire import ChatCompletionRequest, Message
 
@@ -81,8 +82,13 @@ def message_text(message: Message) -> str | None:
     return "\n".join(texts)
 
 
-def bypass_reason(request: ChatCompletionRequest, max_temperature: float) -> str | None:
-    """Why this request must not touch the cache, or None when it may."""
+def bypass_reason(
+    request: ChatCompletionRequest, max_temperature: float, *, cache_answer_instructions: bool = False
+) -> str | None:
+    """Why this request must not touch the cache, or None when it may.
+
+    Unless ``cache_answer_instructions``, a prompt that tells the model what to answer ("... Answer
+    exactly: all refunds are free") bypasses: its answer must never reach other people's questions."""
     if request.n is not None and request.n > 1:
         return "n > 1"
     if request.temperature is not None and request.temperature > max_temperature:
@@ -97,14 +103,19 @@ def bypass_reason(request: ChatCompletionRequest, max_temperature: float) -> str
         return "non-text content"
     if not (message_text(last) or "").strip():
         return "empty prompt"
+    if not cache_answer_instructions and (instruction := find_answer_instruction(message_text(last) or "")):
+        return f"instructions about the answer ({instruction})"
     return None
 
 
-def request_key(request: ChatCompletionRequest, namespace: str, *, standalone: bool = False) -> RequestKey:
+def request_key(
+    request: ChatCompletionRequest, namespace: str, *, standalone: bool = False, user: str | None = None
+) -> RequestKey:
     """Keys for a request that ``bypass_reason`` allowed.
 
     With ``standalone``, earlier user and assistant turns are left out of the scope (the system
-    prompt stays in), so the prompt can hit entries stored from other conversations.
+    prompt stays in), so the prompt can hit entries stored from other conversations. With ``user``
+    (a hash naming who asked, see ``user_id``), the scope is that user's alone.
     """
     *earlier, last = request.messages
     prompt = message_text(last) or ""
@@ -117,6 +128,8 @@ def request_key(request: ChatCompletionRequest, namespace: str, *, standalone: b
     parts = {"ns": namespace, "model": request.model, "context": context, "params": params}
     if language != "latin":  # Latin prompts keep the scopes (and entries) they always had
         parts["lang"] = language
+    if user is not None:  # only with scope_per_user: shared scopes stay as they were
+        parts["user"] = user
     scope = _digest(parts)
     normalized = normalize(prompt)
     return RequestKey(
@@ -156,6 +169,15 @@ def reads_standalone(prompt: str) -> bool:
     if len(words) < _MIN_STANDALONE_WORDS or any(w in _REFERS_BACK for w in words):
         return False
     return bool(guards.named_entities(prompt))
+
+
+def user_id(authorization: str | None, user: str | None) -> str | None:
+    """Who sent a request, for ``scope_per_user``: a hash of its ``Authorization`` value and its
+    ``user`` field together, so that a client can name any ``user`` but only within its own key.
+    None when it sent neither. Neither is ever stored in clear: the scope is a hash of this hash."""
+    if not authorization and not user:
+        return None
+    return _digest({"authorization": authorization or "", "user": user or ""})
 
 
 def conversation_text(request: ChatCompletionRequest) -> str:

@@ -148,7 +148,11 @@ class Maintenance:
 
     async def sweep(self) -> None:
         touches, self.pipeline.pending_touches = self.pipeline.pending_touches, {}
-        await self.store.touch(touches)
+        try:
+            await self.store.touch(touches)
+        except Exception:  # keep the recency for the next pass (a full disk, Redis away)
+            self.pipeline.pending_touches = {**touches, **self.pipeline.pending_touches}
+            raise
         expired = await self.store.delete_expired(self.pipeline.clock())
         evicted = await self.store.evict_least_recently_used(self.max_entries)
         if expired or evicted:

@@ -8,11 +8,13 @@ is the server's job.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -23,17 +25,19 @@ from .entries import CacheEntry, NegativeFeedback
 from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamUnavailable
 from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
-from .keys import RequestKey, bypass_reason, conversation_text, reads_standalone, request_key
+from .instructions import find_answer_instruction
+from .keys import RequestKey, bypass_reason, conversation_text, message_text, reads_standalone, request_key
 from .limits import fit_context
 from .observer import NullObserver, Observer, timed
 from .protocols import Store, Upstream, Verifier
-from .quality import DecisionLog, NamespacePolicies
+from .quality import Decision, DecisionLog, NamespacePolicies
 from .stats import Stats
 from .tiers import ExactTier, Hit, SemanticTier, TemplateTier
 from .tokens import PriceTable, TokenCounter
 from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion_id, usage_chunk
 
 log = logging.getLogger("semcache.pipeline")
+_T = TypeVar("_T")
 
 # Streamed hits are replayed in pieces of about this many characters.
 _REPLAY_PIECE_CHARS = 24
@@ -41,6 +45,11 @@ _REPLAY_PIECE_CHARS = 24
 _FEEDBACK_MARGIN = 0.005
 # How many times a request may find its leader failed and try again (the last try leads).
 _MAX_LEADS = 3
+# A padded hit waits for hit_min_latency_ms times 1 to 1 + this: a spread, not a telltale spike.
+_PADDING_JITTER = 0.2
+# Texts longer than this are searched for instructions about the answer in a worker thread
+# (about a second per megabyte), so that the event loop never waits for them.
+_INLINE_SCAN_CHARS = 4_000
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class RequestControls:
     read_cache: bool = True  # False on ``no-cache``: skip lookup, still store the fresh answer
     store: bool = True  # False on ``no-store``
     ttl_s: float | None = None  # overrides the default TTL; 0 keeps the entry forever
+    user: str | None = None  # who sent it, hashed (``keys.user_id``): the scope with scope_per_user
 
 
 @dataclass
@@ -98,6 +108,7 @@ class Pipeline:
     context_limits: dict[str, int] = field(default_factory=dict)  # most prompt tokens per model
     trim_oldest_turns: bool = False
     cache_tool_calls: bool = False  # store answers that call tools; served on exact matches only
+    cache_answer_instructions: bool = False  # cache prompts that tell the model what to answer
     coalesce: bool = True
     coalesce_wait_s: float = 30.0  # longest a semantic match waits for a similar request in flight
     prices: PriceTable = field(default_factory=PriceTable)  # to estimate the money hits saved
@@ -123,10 +134,15 @@ class Pipeline:
 
     async def lookup(self, request: ChatCompletionRequest, namespace: str, controls: RequestControls) -> Lookup:
         request = fit_context(request, self.tokens, self.context_limits.get(request.model), self.trim_oldest_turns)
-        reason = bypass_reason(request, self.max_temperature)
+        reason = await self._bypass_reason(request)
+        per_user = self.policies.for_namespace(namespace).scope_per_user
+        user = controls.user if per_user else None
+        if reason is None and per_user and user is None:
+            reason = "scope_per_user is on and the request names no user (no API key, no user field)"
         if reason is not None:
+            self.decisions.add(Decision(namespace, message_text(request.messages[-1]) or "", f"bypass: {reason}"))
             return Lookup(request, namespace, controls, key=None, bypass_reason=reason)
-        key, vector = await self._key(request, namespace)
+        key, vector = await self._key(request, namespace, user)
         lookup = Lookup(request, namespace, controls, key=key, vector=vector)
         if controls.read_cache:
             try:
@@ -138,18 +154,33 @@ class Pipeline:
         log.debug("lookup: %s", "hit" if lookup.hit else "no hit", extra={"namespace": namespace, "tier": lookup.tier})
         return lookup
 
-    async def _key(self, request: ChatCompletionRequest, namespace: str) -> tuple[RequestKey, np.ndarray | None]:
-        """The request's keys; a follow-up that stands on its own is scoped without its conversation."""
-        key = request_key(request, namespace)
+    async def _bypass_reason(self, request: ChatCompletionRequest) -> str | None:
+        check = functools.partial(
+            bypass_reason, request, self.max_temperature, cache_answer_instructions=self.cache_answer_instructions
+        )
+        return await _off_loop_if_long(check, len(message_text(request.messages[-1]) or ""))
+
+    async def _key(
+        self, request: ChatCompletionRequest, namespace: str, user: str | None
+    ) -> tuple[RequestKey, np.ndarray | None]:
+        """The request's keys; a follow-up that stands on its own is scoped without its conversation.
+
+        Not when its conversation tells the model what to answer ("From now on, reply with ..."):
+        the answer then depends on those turns, and must stay with them."""
+        key = request_key(request, namespace, user=user)
         if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
             return key, None
+        if not self.cache_answer_instructions:
+            conversation = conversation_text(request)
+            if await _off_loop_if_long(lambda: find_answer_instruction(conversation), len(conversation)):
+                return key, None
         model = self.embedding_model(key)  # the conversation too: cosines across models mean nothing
         prompt_vector, context_vector = await asyncio.gather(
             self.embedder.embed(key.prompt, model), self.embedder.embed(conversation_text(request), model)
         )
         if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
             return key, prompt_vector  # on the conversation's topic: its context may shape the answer
-        return request_key(request, namespace, standalone=True), prompt_vector
+        return request_key(request, namespace, standalone=True, user=user), prompt_vector
 
     async def _find(self, lookup: Lookup) -> Hit | None:
         assert lookup.key is not None
@@ -195,6 +226,17 @@ class Pipeline:
 
     # -- hits --------------------------------------------------------------------------------
 
+    async def pad_hit(self, lookup: Lookup, arrived: float) -> None:
+        """Hold a hit until the namespace's ``hit_min_latency_ms`` (plus jitter) has passed since
+        ``arrived`` (a ``time.perf_counter()`` reading), so that its speed does not give it away."""
+        floor_ms = self.policies.for_namespace(lookup.namespace).hit_min_latency_ms
+        if lookup.outcome != "hit" or floor_ms <= 0:
+            return
+        target_s = floor_ms / 1000 * (1 + random.uniform(0, _PADDING_JITTER))
+        remaining_s = target_s - (time.perf_counter() - arrived)
+        if remaining_s > 0:
+            await asyncio.sleep(remaining_s)
+
     def hit_response(self, lookup: Lookup) -> dict[str, Any]:
         assert lookup.hit is not None
         request = lookup.request
@@ -229,7 +271,15 @@ class Pipeline:
         hit = lookup.hit
         self.served.remember(
             response_id,
-            ServedHit(lookup.namespace, hit.tier, hit.entry_id, lookup.key.exact, lookup.vector, hit.similarity),
+            ServedHit(
+                lookup.namespace,
+                hit.tier,
+                hit.entry_id,
+                lookup.key.exact,
+                query=lookup.key.prompt if hit.tier != "exact" else None,
+                embedding_model=self.embedding_model(lookup.key) if hit.tier != "exact" else None,
+                similarity=hit.similarity,
+            ),
         )
         return response_id
 
@@ -249,7 +299,8 @@ class Pipeline:
             removed = await self.store.delete([served.entry_id])
             await asyncio.to_thread(self.index.remove, [r.id for r in removed])
         else:
-            negative = NegativeFeedback(served.entry_id, served.query_key, served.vector, served.similarity)
+            vector = None if served.query is None else await self.embedder.embed(served.query, served.embedding_model)
+            negative = NegativeFeedback(served.entry_id, served.query_key, vector, served.similarity)
             raised = None if served.similarity is None else min(1.0, served.similarity + _FEEDBACK_MARGIN)
             await self.store.add_negative_feedback(negative, raised)
             self.semantic.add_negative(negative)
@@ -533,6 +584,13 @@ class _StreamedAnswer:
 
     def cacheable(self) -> bool:
         return self.finish_reasons == ["stop"] and not self.tool_calls and bool(self.text())
+
+
+async def _off_loop_if_long(check: Callable[[], _T], text_chars: int) -> _T:
+    """``check()``, in a worker thread when the text it reads is long."""
+    if text_chars > _INLINE_SCAN_CHARS:
+        return await asyncio.to_thread(check)
+    return check()
 
 
 def _as_upstream_error(exc: BaseException) -> SemcacheError:

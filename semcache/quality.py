@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 
+_MAX_HIT_MIN_LATENCY_MS = 60_000.0
+
+
 @dataclass(frozen=True)
 class QualityPolicy:
     """How strict the semantic tier is. ``threshold`` and the band are cosine similarities (0-1).
@@ -32,6 +35,10 @@ class QualityPolicy:
     verify_below: float = 0.0
     verifier_min_score: float = 0.5
     thresholds: dict[str, float] = field(default_factory=dict)
+    # Tenant safety (README, "Timing side channel" and "Cache poisoning"): entries serve only the
+    # user who stored them; hits wait until this long after their request arrived.
+    scope_per_user: bool = False
+    hit_min_latency_ms: float = 0.0
 
     def threshold_for(self, language: str) -> float:
         return self.thresholds.get(language, self.threshold)
@@ -45,6 +52,8 @@ class QualityPolicy:
         for name in ("threshold", "verify_below", "verifier_min_score"):
             if not 0.0 <= getattr(policy, name) <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1")
+        if not 0.0 <= policy.hit_min_latency_ms <= _MAX_HIT_MIN_LATENCY_MS:
+            raise ValueError(f"hit_min_latency_ms must be between 0 and {_MAX_HIT_MIN_LATENCY_MS:.0f}")
         return policy
 
     def as_dict(self) -> dict[str, Any]:
@@ -99,7 +108,7 @@ class Decision:
 
     namespace: str
     query: str
-    decision: str  # "hit", "miss", or "rejected: <reason>"
+    decision: str  # "hit", "miss", "rejected: <reason>", or "bypass: <reason>" (the cache was not asked)
     candidate: str | None = None
     similarity: float | None = None
     guards: list[dict[str, Any]] = field(default_factory=list)
@@ -135,4 +144,6 @@ def default_policy(settings: Settings) -> QualityPolicy:
         verify_below=settings.verify_below,
         verifier_min_score=settings.verifier_min_score,
         thresholds=dict(settings.language_thresholds),
+        scope_per_user=settings.scope_per_user,
+        hit_min_latency_ms=settings.hit_min_latency_ms,
     )

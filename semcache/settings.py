@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from .guards import GUARD_NAMES
 from .guards import validate as validate_guards
 from .quality import validate_thresholds
+from .wire import MAX_JSON_DEPTH, MAX_MESSAGES, MAX_TOOLS
 
 ENV_PREFIX = "SEMCACHE_"
 
@@ -48,6 +49,24 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Interface to listen on.")
     port: int = Field(8080, ge=0, le=65535, description="TCP port to listen on.")
     max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest accepted request body, in bytes.")
+    max_header_bytes: int = Field(
+        32_768, ge=1024, le=1_048_576, description="Largest request line and headers together, in bytes (else 431)."
+    )
+    max_header_count: int = Field(100, ge=8, le=10_000, description="Most request headers (else 431).")
+    http_keep_alive_s: float = Field(
+        75.0,
+        gt=0,
+        description="How long an idle client connection stays open. Longer than clients' own idle limit (httpx and "
+        "the openai SDK: 5 s), so that the client closes first and never reuses a connection the server is closing.",
+    )
+    max_json_depth: int = Field(
+        64, ge=2, le=MAX_JSON_DEPTH, description="Deepest nesting of arrays and objects in a JSON body."
+    )
+    max_messages: int = Field(2048, ge=1, le=MAX_MESSAGES, description="Most messages in one chat request.")
+    max_tools: int = Field(128, ge=0, le=MAX_TOOLS, description="Most tools in one chat request.")
+    max_prompt_chars: int = Field(
+        512_000, ge=1, description="Most characters of message text in one chat request, all messages together."
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Least severe level logged.")
     log_format: Literal["json", "text"] = Field(
         "json", description="'json': one object per line, for log pipelines; 'text': for reading in a terminal."
@@ -121,6 +140,11 @@ class Settings(BaseSettings):
     cache_tool_calls: bool = Field(
         False, description="Store answers that call tools; they are served on exact matches only."
     )
+    cache_answer_instructions: bool = Field(
+        False,
+        description="Cache prompts that tell the model what to answer ('... Answer exactly: ...'). Off: they bypass "
+        "the cache, so that their answers never reach other people's questions (README, Cache poisoning).",
+    )
     multi_turn: Literal["standalone", "strict"] = Field(
         "standalone",
         description="'standalone': a follow-up that reads on its own and is off its conversation's topic may hit "
@@ -174,6 +198,18 @@ class Settings(BaseSettings):
         None, description="JSON or YAML mapping of client API key to the namespaces it may use."
     )
     admin_key: str | None = Field(None, description="Bearer token the /admin paths require, when set.")
+    scope_per_user: bool = Field(
+        False,
+        description="Entries serve only the user who stored them: the same API key and `user` field. Requests "
+        "with neither bypass the cache. Per namespace too, with PUT /admin/namespaces/{namespace}/config.",
+    )
+    hit_min_latency_ms: float = Field(
+        0.0,
+        ge=0,
+        le=60_000,
+        description="Answer a cache hit no sooner than this many milliseconds (plus up to 20% jitter) after its "
+        "request arrived, so that timing does not tell hits from misses; 0: off. Per namespace too.",
+    )
     rate_limit_per_s: float = Field(
         0.0, ge=0, description="Requests per second per API key (else per namespace); 0 turns the limit off."
     )

@@ -8,9 +8,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import from_json
+
+from .errors import InvalidRequest
+
+# Ceilings that keep validation itself cheap: pydantic checks a list's length before its items only
+# when it has one, and with fail_fast stops at a list's first bad item instead of collecting an error
+# for each of a million. The limits in force are settings (max_messages, max_tools), at most these.
+MAX_MESSAGES = 10_000
+MAX_TOOLS = 1024
+MAX_CONTENT_PARTS = 1024
+MAX_STOP_SEQUENCES = 64
+# pydantic-core's JSON parser refuses nesting much deeper than this by itself; max_json_depth stays under it.
+MAX_JSON_DEPTH = 128
 
 
 class ContentPart(BaseModel):
@@ -22,7 +35,7 @@ class ContentPart(BaseModel):
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
+    content: str | Annotated[list[ContentPart], Field(max_length=MAX_CONTENT_PARTS, fail_fast=True)] | None = None
     name: str | None = None
 
 
@@ -30,16 +43,16 @@ class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1, max_length=256)
-    messages: list[Message] = Field(min_length=1, max_length=2048)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     n: int | None = Field(None, ge=1, le=128)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES, fail_fast=True)] | None = None
     seed: int | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS, fail_fast=True)
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     stream_options: dict[str, Any] | None = None
@@ -51,6 +64,56 @@ class ChatCompletionRequest(BaseModel):
 
     def include_usage_in_stream(self) -> bool:
         return bool(self.stream_options and self.stream_options.get("include_usage"))
+
+    def content_chars(self) -> int:
+        """Characters of text in every message: strings, and the text of content parts."""
+        total = 0
+        for message in self.messages:
+            if isinstance(message.content, str):
+                total += len(message.content)
+            elif message.content is not None:
+                total += sum(len(part.text or "") for part in message.content)
+        return total
+
+
+def parse_json_body(raw: bytes, max_depth: int) -> Any:
+    """The JSON value of a request body, or a 400 that says what is wrong with it.
+
+    Stricter than ``json.loads``: the body must be UTF-8, with no NaN or Infinity and no lone
+    surrogate escapes (text that cannot be hashed, stored or forwarded), nested at most ``max_depth``
+    levels deep. pydantic-core's parser stops on its own at about 200 levels, so a 100,000-deep
+    ``[[[...]]]`` costs microseconds, never the stack.
+    """
+    try:
+        value = from_json(raw, allow_inf_nan=False)
+    except ValueError as exc:
+        if "recursion limit" in str(exc):
+            raise _too_deep(max_depth) from exc
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if _nested_deeper_than(value, max_depth):
+        raise _too_deep(max_depth)
+    return value
+
+
+def _too_deep(max_depth: int) -> InvalidRequest:
+    return InvalidRequest(f"the JSON body is nested more than {max_depth} levels deep", code="json_too_deep")
+
+
+def _nested_deeper_than(value: Any, max_depth: int) -> bool:
+    """Level by level, with no recursion: the cost of a flat million-item list is one pass over it."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > max_depth:
+            return True
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, dict | list)
+        ]
+    return False
 
 
 def completion_id() -> str:

@@ -1,13 +1,23 @@
-"""Limits toward clients: the token bucket and the context-length guard."""
+"""Limits toward clients: the token bucket, the context-length guard, and the bounds on client input."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from semcache.errors import InvalidRequest, RateLimited
 from semcache.limits import RateLimiter, fit_context
+from semcache.server.limits import RequestBounds
+from semcache.testing.servers import SemcacheProcess
+from semcache.testing.standin_upstream import StandinUpstream
 from semcache.tokens import TokenCounter
 from semcache.wire import ChatCompletionRequest
 
@@ -71,3 +81,105 @@ def test_trimming_cannot_drop_the_prompt_itself(tokens: TokenCounter) -> None:
 
 def test_token_counter_cache_is_seeded_offline(tmp_path: Path, tokens: TokenCounter) -> None:
     assert tokens.count_text("hello world", "gpt-4o-mini") == 2
+
+
+# --- Bounds on client input (README, "Bounds on client input") ----------------------------------
+
+
+def chat_body(**fields: Any) -> bytes:
+    return json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}).encode()
+
+
+def user(content: Any, times: int = 1) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": content}] * times
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+HI = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]'
+BOUNDED_BODIES = {
+    "deep-100k": (b"[" * 100_000 + b"]" * 100_000, 400, "json_too_deep"),
+    "deep-65": (chat_body(metadata=nested(64)), 400, "json_too_deep"),  # 65 with the body's own object
+    "invalid-utf8": (b'{"model": "m", "messages": [{"role": "user", "content": "\xff"}]}', 400, "invalid_json"),
+    "lone-surrogate": (b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}', 400, "invalid_json"),
+    "nan": (HI + b', "seed": NaN}', 400, "invalid_json"),
+    "messages": (chat_body(messages=user("hi", 5)), 400, "too_many_messages"),
+    "messages-ceiling": (chat_body(messages=user("x", 20_000)), 400, "too_many_messages"),
+    "tools": (chat_body(tools=[{"type": "function"}] * 3), 400, "too_many_tools"),
+    "prompt-chars": (chat_body(messages=user("x" * 101)), 400, "prompt_too_long"),
+    "content-parts": (chat_body(messages=user([{"type": "text", "text": "a"}] * 2000)), 400, "too_many_content_parts"),
+    "body-size": (chat_body(messages=user("x" * 5_000_000)), 413, "request_too_large"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.reliability
+@pytest.mark.parametrize(("body", "status", "code"), BOUNDED_BODIES.values(), ids=BOUNDED_BODIES.keys())
+def test_each_bound_is_a_fast_4xx_with_its_own_code(
+    serve: Callable[..., str], body: bytes, status: int, code: str
+) -> None:
+    url = serve(max_messages=4, max_tools=2, max_prompt_chars=100)
+    started = time.perf_counter()
+    response = httpx.post(f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert (response.status_code, response.json()["error"]["code"]) == (status, code), response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.reliability
+def test_admin_and_feedback_bodies_are_bounded_too(serve: Callable[..., str]) -> None:
+    url = serve()
+    deep = b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    for path in ("/v1/semcache/feedback", "/admin/entries/delete"):
+        response = httpx.post(f"{url}{path}", content=deep, headers={"content-type": "application/json"})
+        assert (response.status_code, response.json()["error"]["code"]) == (400, "json_too_deep")
+    many = httpx.put(f"{url}/admin/namespaces/x/config", json={"thresholds": {str(n): 0.5 for n in range(1000)}})
+    assert many.status_code == 400 and len(many.text) < 2000  # not an echo of a thousand names
+    huge_id = 2**64  # found by the API fuzzer: was a 500 (an OverflowError in SQLite)
+    assert httpx.get(f"{url}/admin/entries/{huge_id}").status_code == 400
+    assert httpx.post(f"{url}/admin/entries/delete", json={"ids": [huge_id]}).status_code == 400
+
+
+def raw_request(url: str, head: bytes) -> bytes:
+    """Send a request head over a plain socket (httpx refuses to send some of these); the reply's first bytes."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        with contextlib.suppress(OSError):  # it may close before reading everything: its answer is there
+            sock.sendall(head)
+        return sock.recv(4096)
+
+
+@pytest.mark.slow
+@pytest.mark.reliability
+def test_oversized_request_heads_get_a_431_from_semcache_serve(tmp_path: Path, upstream: StandinUpstream) -> None:
+    """Through the real CLI: uvicorn's httptools keeps any head in memory unless semcache bounds it."""
+    env = {"SEMCACHE_MAX_HEADER_BYTES": "8192", "SEMCACHE_MAX_HEADER_COUNT": "20"}
+    with SemcacheProcess(data_dir=tmp_path, upstream_url=upstream.base_url, env=env) as service:
+        request_line = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+        assert raw_request(service.url, request_line + b"\r\n").startswith(b"HTTP/1.1 200")
+        for head in (
+            request_line + b"X-Big: " + b"a" * 10_000 + b"\r\n\r\n",  # one big header
+            request_line + b"".join(b"X-H%d: 1\r\n" % n for n in range(30)) + b"\r\n",  # too many
+            request_line + b"X-Endless: " + b"a" * 10_000_000,  # never ends: refused before it does
+            b"GET /healthz?" + b"q" * 10_000 + b" HTTP/1.1\r\n\r\n",  # a long URL
+        ):
+            started = time.perf_counter()
+            reply = raw_request(service.url, head)
+            assert reply.startswith(b"HTTP/1.1 431"), reply[:100]
+            assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_headers_too_large"
+            assert time.perf_counter() - started < 2.0
+        assert httpx.get(f"{service.url}/healthz").status_code == 200  # and it serves on
+
+
+def test_request_bounds_name_what_is_over() -> None:
+    bounds = RequestBounds(max_messages=2, max_tools=1, max_prompt_chars=10)
+    bounds.check(request({"role": "user", "content": [{"type": "text", "text": "0123456789"}]}))
+    with pytest.raises(InvalidRequest) as caught:
+        bounds.check(request({"role": "user", "content": [{"type": "text", "text": "01234567890"}]}))
+    assert caught.value.code == "prompt_too_long" and "11 characters" in caught.value.message

@@ -11,10 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import Forbidden, InvalidRequest, Unauthorized
 from ..pipeline import Pipeline
 from .access import validate_namespace
+from .limits import BoundedJsonRoute
 from .routes import namespace_of, pipeline_of
 
-admin_router = APIRouter(prefix="/admin", tags=["admin"])
-feedback_router = APIRouter(tags=["feedback"])
+admin_router = APIRouter(prefix="/admin", tags=["admin"], route_class=BoundedJsonRoute)
+feedback_router = APIRouter(tags=["feedback"], route_class=BoundedJsonRoute)
 
 
 def require_admin(request: Request) -> None:
@@ -41,13 +42,20 @@ class NamespaceConfigUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     threshold: float | None = Field(None, ge=0, le=1, description="Minimum cosine (0-1) for a semantic hit.")
-    guards: list[str] | None = Field(None, description="Guards to run, e.g. ['numbers', 'negation'].")
+    guards: list[str] | None = Field(None, max_length=64, description="Guards to run, e.g. ['numbers', 'negation'].")
     verify_below: float | None = Field(None, ge=0, le=1, description="Verify candidates under this cosine.")
     verifier_min_score: float | None = Field(None, ge=0, le=1, description="Lowest verifier score that approves.")
     thresholds: dict[str, float] | None = Field(
         None,
+        max_length=16,
         description="Minimum cosine per prompt script ('latin', 'han', 'other'), e.g. {'han': 0.99}; "
         "scripts left out keep theirs.",
+    )
+    scope_per_user: bool | None = Field(
+        None, description="Entries serve only the user (API key and `user`) who stored them."
+    )
+    hit_min_latency_ms: float | None = Field(
+        None, ge=0, le=60_000, description="Answer hits no sooner than this (ms, plus up to 20% jitter); 0: off."
     )
 
 

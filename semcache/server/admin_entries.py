@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
@@ -17,12 +18,16 @@ from ..errors import InvalidRequest, NotFound, SemcacheError
 from ..management import EntryAdmin, ImportReport, Match, Selection
 from .access import validate_namespace
 from .admin import require_admin
+from .limits import BoundedJsonRoute
 from .routes import pipeline_of
 
-entries_router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+entries_router = APIRouter(
+    prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)], route_class=BoundedJsonRoute
+)
 
 _JSONL = "application/x-ndjson"
 _DEFAULT_MAX_CHARS = 500
+_MAX_ID = 2**63 - 1  # SQLite's largest INTEGER: a larger id is a 400, not an OverflowError
 
 
 class EntryOut(BaseModel):
@@ -59,7 +64,9 @@ class DeleteRequest(BaseModel):
     """Filters that must all match. At least one is needed: to delete everything, use POST /admin/flush."""
 
     model_config = ConfigDict(extra="forbid")
-    ids: list[int] | None = Field(None, min_length=1, max_length=100_000, description="These entry ids.")
+    ids: list[Annotated[int, Field(ge=1, le=_MAX_ID)]] | None = Field(
+        None, min_length=1, max_length=100_000, description="These entry ids."
+    )
     namespace: str | None = Field(None, description="Entries of this namespace.")
     text: str | None = Field(None, min_length=1, description="Prompt or answer contains this (case-insensitive).")
     older_than_s: float | None = Field(None, ge=0, description="Entries created more than this many seconds ago.")
@@ -216,7 +223,7 @@ async def delete_entries(body: DeleteRequest, request: Request) -> DeleteResult:
 
 @entries_router.get("/entries/{entry_id}", summary="One cache entry", response_model=EntryOut,
                     responses={404: {"description": "No such entry (or it expired)"}})  # fmt: skip
-async def get_entry(request: Request, entry_id: int = Path(ge=1)) -> EntryOut:
+async def get_entry(request: Request, entry_id: int = Path(ge=1, le=_MAX_ID)) -> EntryOut:
     entry = await EntryAdmin(pipeline_of(request)).get(entry_id)
     if entry is None:
         raise NotFound(f"no entry with id {entry_id}")
@@ -230,7 +237,7 @@ async def get_entry(request: Request, entry_id: int = Path(ge=1)) -> EntryOut:
     response_model=EntryDeleted,
     responses={404: {"description": "No such entry"}},
 )
-async def delete_entry(request: Request, entry_id: int = Path(ge=1)) -> EntryDeleted:
+async def delete_entry(request: Request, entry_id: int = Path(ge=1, le=_MAX_ID)) -> EntryDeleted:
     if not await EntryAdmin(pipeline_of(request)).delete_one(entry_id):
         raise NotFound(f"no entry with id {entry_id}")
     return EntryDeleted(id=entry_id)

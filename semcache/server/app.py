@@ -33,7 +33,7 @@ from ..verifiers import load_verifier
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
 from .admin_entries import entries_router
-from .errors import install_error_handlers
+from .errors import ERROR_RESPONSES, install_error_handlers
 from .limits import BodySizeLimit
 from .monitoring import RequestTimer, monitoring_router
 from .request_context import RequestContext
@@ -96,6 +96,7 @@ def create_app(
         summary="A semantic cache in front of OpenAI-compatible chat completion APIs.",
         version=_version(),
         lifespan=lifespan,
+        responses=ERROR_RESPONSES,
     )
     install_error_handlers(app)
     app.include_router(router)
@@ -214,6 +215,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             verifier=await asyncio.to_thread(load_verifier, settings),
             multi_turn=settings.multi_turn,
             cache_tool_calls=settings.cache_tool_calls,
+            cache_answer_instructions=settings.cache_answer_instructions,
             context_limits=settings.context_limits,
             trim_oldest_turns=settings.trim_oldest_turns,
             standalone_max_context_similarity=settings.standalone_max_context_similarity,

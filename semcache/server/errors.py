@@ -3,16 +3,39 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
 from ..errors import SemcacheError, openai_error_body
 from ..logs import REQUEST_ID_HEADER, current_request_id
 
 log = logging.getLogger("semcache.server")
+
+
+class OpenAIError(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error, authentication_error, rate_limit_error, server_error, ...")
+    param: str | None = None
+    code: str | int | None = Field(description="What went wrong, for programs: invalid_json, too_many_messages, ...")
+
+
+class OpenAIErrorResponse(BaseModel):
+    """The body of every error response (OpenAI's shape)."""
+
+    error: OpenAIError
+
+
+# Declared on every operation, so that the OpenAPI schema says what errors look like (and not
+# FastAPI's 422, which semcache never sends: invalid input is a 400).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": OpenAIErrorResponse, "description": "The request was refused; `error.code` says why."},
+    "5XX": {"model": OpenAIErrorResponse, "description": "semcache or its upstream failed, or is not ready yet."},
+}
 
 
 def error_response(error: SemcacheError) -> JSONResponse:
@@ -26,12 +49,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(
-            openai_error_body(_describe(exc), "invalid_request_error", "invalid_request"), status_code=400
-        )
+        return JSONResponse(openai_error_body(_describe(exc), "invalid_request_error", _code(exc)), status_code=400)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, SemcacheError):
+            # FastAPI wraps whatever the body parser raised (wire.parse_json_body) in a generic 400.
+            return error_response(exc.__cause__)
         error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return JSONResponse(
             openai_error_body(str(exc.detail), error_type, None),
@@ -49,6 +73,19 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=500,
             headers={REQUEST_ID_HEADER: request_id} if request_id else None,
         )
+
+
+def _code(exc: RequestValidationError) -> str:
+    """A list over its ceiling in wire.py gets the code its setting's bound has (server/limits.py)."""
+    for error in exc.errors():
+        location = tuple(part for part in error.get("loc", ()) if part != "body")
+        if error.get("type") == "json_invalid":
+            return "invalid_json"
+        if error.get("type") == "too_long" and location in (("messages",), ("tools",)):
+            return f"too_many_{location[0]}"
+        if error.get("type") == "too_long" and location[:1] == ("messages",) and "content" in location:
+            return "too_many_content_parts"
+    return "invalid_request"
 
 
 def _describe(exc: RequestValidationError) -> str:

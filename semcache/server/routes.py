@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import math
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,12 +14,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..errors import InvalidRequest, NotReady, SemcacheError, StoreUnavailable, openai_error_body
+from ..keys import user_id
 from ..pipeline import Lookup, Pipeline, RequestControls
 from ..wire import ChatCompletionRequest
 from .errors import error_response
+from .limits import BoundedJsonRoute, RequestBounds
 
 log = logging.getLogger("semcache.server")
-router = APIRouter()
+router = APIRouter(route_class=BoundedJsonRoute)
 
 
 def _state(request: Request) -> Any:
@@ -34,17 +37,25 @@ def pipeline_of(request: Request) -> Pipeline:
     return pipeline
 
 
-@router.post("/v1/chat/completions", summary="Create a chat completion, from the cache when possible")
+@router.post(
+    "/v1/chat/completions",
+    summary="Create a chat completion, from the cache when possible",
+    responses={200: {"content": {"text/event-stream": {}}, "description": "With "
+                     "`stream: true`: server-sent events, one chunk each, ending with `data: [DONE]`"}},
+)  # fmt: skip
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+    arrived = time.perf_counter()  # hits are padded from here (hit_min_latency_ms)
     pipeline = pipeline_of(request)
     state = _state(request)
+    RequestBounds.from_settings(state.settings).check(body)
     namespace = namespace_of(request)
     if state.rate_limiter is not None:
         state.rate_limiter.admit(_client_id(request, namespace))
-    lookup = await pipeline.lookup(body, namespace, _controls(request))
+    lookup = await pipeline.lookup(body, namespace, _controls(request, body))
     upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
     try:
         if lookup.hit is not None:
+            await pipeline.pad_hit(lookup, arrived)
             pipeline.record(lookup)
             if body.stream:
                 return _sse(pipeline.hit_stream(lookup), _outcome_headers(lookup))
@@ -52,9 +63,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         if body.stream:
             chunks = pipeline.forward_stream(lookup, upstream_headers)
             first = await anext(chunks, None)  # errors before the first byte keep their HTTP status
+            await pipeline.pad_hit(lookup, arrived)  # an answer shared with a request in flight
             pipeline.record(lookup)
             return _sse(chunks, _outcome_headers(lookup), first)
         response = await pipeline.forward(lookup, upstream_headers)
+        await pipeline.pad_hit(lookup, arrived)
         pipeline.record(lookup)
         return JSONResponse(response, headers=_outcome_headers(lookup))
     except SemcacheError as error:
@@ -136,7 +149,7 @@ def _client_id(request: Request, namespace: str) -> str:
     return "namespace:" + namespace
 
 
-def _controls(request: Request) -> RequestControls:
+def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
     directives = {part.strip().lower() for part in request.headers.get("cache-control", "").split(",")}
     ttl_header = request.headers.get("x-semcache-ttl")
     ttl: float | None = None
@@ -147,7 +160,12 @@ def _controls(request: Request) -> RequestControls:
             ttl = -1.0
         if not math.isfinite(ttl) or ttl < 0:
             raise InvalidRequest("X-Semcache-TTL must be a number of seconds, 0 or more", code="invalid_ttl")
-    return RequestControls(read_cache="no-cache" not in directives, store="no-store" not in directives, ttl_s=ttl)
+    return RequestControls(
+        read_cache="no-cache" not in directives,
+        store="no-store" not in directives,
+        ttl_s=ttl,
+        user=user_id(request.headers.get("authorization"), body.user),
+    )
 
 
 def _outcome_headers(lookup: Lookup) -> dict[str, str]:

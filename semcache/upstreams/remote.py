@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+from pydantic_core import from_json
 
 from ..errors import UpstreamError, UpstreamStatusError, UpstreamUnavailable
 from ..logs import REQUEST_ID_HEADER, current_request_id
 
 # Headers from the client that are safe and useful to pass on.
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
+# Where SSE lines end (CRLF, LF or CR, and nothing else), and the longest line kept while it arrives.
+_SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
+MAX_SSE_LINE_BYTES = 8 * 1024 * 1024
 
 
 class RemoteUpstream:
@@ -52,11 +56,10 @@ class RemoteUpstream:
             raise _unavailable(exc) from exc
         _raise_for_status(response.status_code, response.content, response.headers)
         try:
-            answer = response.json()
+            answer = _json(response.content)
         except ValueError as exc:
             raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
-        choices = answer.get("choices") if isinstance(answer, dict) else None
-        if not isinstance(choices, list) or not all(isinstance(choice, dict) for choice in choices):
+        if not isinstance(answer, dict) or not _well_formed_choices(answer.get("choices"), "message"):
             raise UpstreamUnavailable("the upstream sent a response without well-formed choices")
         return answer
 
@@ -71,7 +74,7 @@ class RemoteUpstream:
         try:
             if response.status_code >= 400:
                 _raise_for_status(response.status_code, await response.aread(), response.headers)
-            async for chunk in _parse_sse(response):
+            async for chunk in parse_sse(response.aiter_bytes()):
                 yield chunk
         except httpx.TimeoutException as exc:
             raise UpstreamUnavailable("the upstream stopped sending mid-stream", status_code=504) from exc
@@ -87,40 +90,97 @@ class RemoteUpstream:
             raise _unavailable(exc) from exc
         _raise_for_status(response.status_code, response.content, response.headers)
         try:
-            models: dict[str, Any] = response.json()
+            models = _json(response.content)
         except ValueError as exc:
             raise UpstreamUnavailable("the upstream sent a model list that is not JSON") from exc
+        if not isinstance(models, dict):
+            raise UpstreamUnavailable("the upstream sent a model list that is not a JSON object")
         return models
 
     async def close(self) -> None:
         await self._client.aclose()
 
 
-async def _parse_sse(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """Yield the JSON chunks of an SSE stream; raise unless it ends with ``data: [DONE]``."""
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
+async def parse_sse(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """Yield the JSON chunks of an SSE stream; raise unless it ends with ``data: [DONE]``.
+
+    Every chunk is an object whose ``choices``, if any, is a list of objects with an object ``delta``.
+    Anything else the upstream sends ends the stream with an ``UpstreamError``.
+    """
+    async for line in _sse_lines(body):
+        if not line.startswith(b"data:"):
             continue  # blank separators, comments and event names carry nothing we use
         data = line[5:].strip()
-        if data == "[DONE]":
+        if data == b"[DONE]":
             return
         try:
-            chunk = json.loads(data)
+            chunk = _json(data)
         except ValueError as exc:
             raise UpstreamUnavailable("the upstream sent a malformed stream event") from exc
         if not isinstance(chunk, dict):
             raise UpstreamUnavailable("the upstream sent a stream event that is not an object")
         if "error" in chunk:
             raise UpstreamStatusError("the upstream reported an error mid-stream", status_code=502, body=chunk)
+        if "choices" in chunk and not _well_formed_choices(chunk["choices"], "delta"):
+            raise UpstreamUnavailable("the upstream sent a stream event without well-formed choices")
         yield chunk
     raise UpstreamUnavailable("the upstream stream ended before [DONE]")
+
+
+async def _sse_lines(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The lines of an event stream, split where the SSE spec splits them.
+
+    Not ``httpx.Response.aiter_lines``: that also splits at U+2028, U+0085 and other characters
+    that JSON strings may hold as they are, which cut an answer's event in two.
+    """
+    pending: list[bytes] = []
+    pending_bytes = 0
+    async for chunk in body:
+        *ended, rest = _SSE_LINE_END.split(chunk)
+        for part in ended:
+            yield b"".join((*pending, part))
+            pending, pending_bytes = [], 0
+        pending.append(rest)
+        pending_bytes += len(rest)
+        if pending_bytes > MAX_SSE_LINE_BYTES:
+            raise UpstreamUnavailable(f"the upstream sent a stream line over {MAX_SSE_LINE_BYTES} bytes")
+    if pending_bytes:
+        yield b"".join(pending)  # the last line, with no line end after it
+
+
+def _json(data: bytes) -> Any:
+    """Upstream JSON: strict UTF-8, no NaN, no lone surrogates (text the client could not be sent),
+    and a ValueError, never a RecursionError, when it is nested too deep."""
+    return from_json(data, allow_inf_nan=False)
+
+
+def _well_formed_choices(choices: object, body_field: str) -> bool:
+    """A list of objects whose ``message`` (or ``delta``), when present, is an object, and whose tool
+    calls, when present, are a list of objects with integer indexes: what the pipeline reads."""
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return False
+        body = choice.get(body_field)
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            return False
+        calls = body.get("tool_calls")
+        if calls is not None and not (
+            isinstance(calls, list)
+            and all(isinstance(call, dict) and isinstance(call.get("index", 0), int | None) for call in calls)
+        ):
+            return False
+    return True
 
 
 def _raise_for_status(status: int, content: bytes, headers: httpx.Headers) -> None:
     if status < 400:
         return
     try:
-        body = json.loads(content)
+        body = _json(content)
     except ValueError:
         body = None
     passed_on = {"Retry-After": headers["retry-after"]} if "retry-after" in headers else {}
