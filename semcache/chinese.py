@@ -31,7 +31,7 @@ _NOT_NUMBERS = re.compile(
 
 
 def has_han(text: str) -> bool:
-    return any(is_han(char) for char in text)
+    return not text.isascii() and any(is_han(char) for char in text)
 
 
 def numbers(text: str) -> list[str]:

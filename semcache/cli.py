@@ -117,7 +117,7 @@ def serve(
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     # Only once the app is built: a refused start leaves the process's logging as it found it.
-    configure_logging(settings.log_level, settings.log_format, secrets=_secrets(settings, access.keys), background=True)
+    configure_logging(settings.log_level, settings.log_format, secrets=_secrets(settings, access.keys))
     # uvicorn's loggers go through the one redacting handler; its access log is replaced by ours.
     uvicorn.run(
         application,

@@ -16,15 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import re
 import sys
 import time
 import uuid
 from collections.abc import Iterable
-from contextlib import suppress
 from contextvars import ContextVar, Token
-from logging.handlers import QueueHandler, QueueListener
 from typing import Any, Literal, TextIO
 
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -190,62 +187,19 @@ class TextFormatter(logging.Formatter):
         return f"{first} {extras}{newline}{rest}"
 
 
-class BackgroundHandler(QueueHandler):
-    """Hands each record to a thread that redacts, formats and writes it, so that a request never
-    waits for a JSON encoder or a slow stderr: the access line alone was a tenth of an exact hit's time.
-
-    What can only be read now is read now: the request id (it lives in the request's context), the
-    message's arguments and the traceback. A full queue makes the caller wait rather than lose lines
-    or grow without bound. ``close`` (run by ``logging.shutdown`` at exit) writes what is queued.
-    """
-
-    def __init__(self, target: logging.Handler, max_queued: int = 100_000) -> None:
-        self._records: queue.Queue[logging.LogRecord] = queue.Queue(max_queued)
-        super().__init__(self._records)
-        self._listener: QueueListener | None = QueueListener(self.queue, target, respect_handler_level=True)
-        self._listener.start()
-
-    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
-        if getattr(record, "request_id", None) is None:
-            record.request_id = current_request_id()
-        with suppress(Exception):  # a bad format string is left for the redacting filter to report
-            record.msg, record.args = record.getMessage(), None
-        if record.exc_info:
-            record.exc_text = record.exc_text or logging.Formatter().formatException(record.exc_info)
-            record.exc_info = None
-        return record
-
-    def enqueue(self, record: logging.LogRecord) -> None:
-        try:
-            self._records.put_nowait(record)
-        except queue.Full:
-            self._records.put(record)
-
-    def close(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
-        super().close()
-
-
 def configure_logging(
     level: str = "info",
     log_format: LogFormat = "json",
     secrets: Iterable[str | None] = (),
     stream: TextIO | None = None,
-    *,
-    background: bool = False,
 ) -> logging.Handler:
     """Send every log line, uvicorn's included, through one redacting handler on stderr.
 
-    Call once, before the server starts (``semcache serve`` does, with ``background``: lines are
-    written by a thread of their own); returns the handler.
+    Call once, before the server starts (``semcache serve`` does); returns the handler.
     """
-    handler: logging.Handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(RequestContextFilter(Redactor(secrets)))
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
-    if background:
-        handler = BackgroundHandler(handler)
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)

@@ -130,33 +130,6 @@ def test_json_lines_carry_the_request_id_and_extra_fields(captured: Callable[...
     assert "RuntimeError" in failure["exception"] and "tenant-key-42" not in failure["exception"]
 
 
-def test_background_writing_keeps_ids_redaction_and_every_line(captured: Callable[..., io.StringIO]) -> None:
-    """``semcache serve`` writes from a thread: the id is the one bound when the line was logged,
-    arguments are read then, and closing the handler (as the process does at exit) writes every line."""
-    stream = captured(level="info", log_format="json", secrets=["tenant-key-42"], background=True)
-    log = logging.getLogger("semcache.test")
-    detail = {"key": "tenant-key-42", "n": 1}
-    token = bind_request_id("req-bg")
-    try:
-        log.info("asked with %s", detail, extra={"detail": detail})
-        detail["n"] = 2  # changed after the call: the line keeps what was logged
-        try:
-            raise RuntimeError("tenant-key-42 refused")
-        except RuntimeError:
-            log.exception("failed")
-    finally:
-        unbind_request_id(token)
-    for n in range(500):
-        log.info("line %d", n)
-    logging.getLogger().handlers[0].close()
-    first, failure, *rest = lines_of(stream)
-    assert first["request_id"] == "req-bg" and first["message"] == f"asked with {{'key': '{REDACTED}', 'n': 1}}"
-    assert failure["request_id"] == "req-bg" and "RuntimeError" in failure["exception"]
-    assert "tenant-key-42" not in stream.getvalue()
-    assert [line["message"] for line in rest] == [f"line {n}" for n in range(500)]
-    assert all(line["request_id"] is None for line in rest)
-
-
 def test_uvicorn_lines_go_through_the_same_handler(captured: Callable[..., io.StringIO]) -> None:
     stream = captured(level="info", log_format="json")
     access = logging.getLogger("uvicorn.access")
