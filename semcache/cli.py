@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
@@ -190,17 +192,17 @@ def _watch_stats(url: str, interval_s: float, count: int | None, as_json: bool) 
     be read is reported in place, and watched on: it may be restarting."""
     from rich.live import Live
 
-    def readings() -> Iterator[tuple[dict[str, Any] | None, str | None]]:
-        for refresh in itertools.count(1):
-            try:
-                yield _read_stats(url), None
-            except _StatsUnreadable as exc:
-                yield None, str(exc)
-            if count is not None and refresh >= count:
-                return
-            time.sleep(interval_s)
+    with _until_ctrl_c() as stopped:
 
-    with suppress(KeyboardInterrupt):
+        def readings() -> Iterator[tuple[dict[str, Any] | None, str | None]]:
+            for refresh in itertools.count(1):
+                try:
+                    yield _read_stats(url), None
+                except _StatsUnreadable as exc:
+                    yield None, str(exc)
+                if (count is not None and refresh >= count) or stopped.wait(interval_s):
+                    return
+
         if as_json:
             for data, problem in readings():
                 typer.echo(json.dumps(data) if data is not None else f"error: {problem}", err=data is None)
@@ -208,6 +210,18 @@ def _watch_stats(url: str, interval_s: float, count: int | None, as_json: bool) 
         with Live(console=console, auto_refresh=False) as live:
             for data, problem in readings():
                 live.update(_watch_view(url, interval_s, data, problem), refresh=True)
+
+
+@contextmanager
+def _until_ctrl_c() -> Iterator[threading.Event]:
+    """Ctrl-C sets the event instead of raising KeyboardInterrupt wherever the program happens to
+    be: raised inside rich's or a lock's ``with`` block, it could leave a lock held and hang the exit."""
+    stopped = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stopped.set())
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _watch_view(url: str, interval_s: float, data: dict[str, Any] | None, problem: str | None) -> Group:

@@ -209,16 +209,16 @@ def test_stats_watch_stops_cleanly_on_ctrl_c(stats_server: str) -> None:
     command = [sys.executable, "-m", "semcache", "stats", "--url", f"{stats_server}/growing", "--watch",
                "--interval", "0.1"]  # fmt: skip
     first = reads_of(stats_server)
-    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while reads_of(stats_server) < first + 2:  # it has refreshed twice
-            assert watcher.poll() is None and time.monotonic() < deadline, "the watcher never read the stats"
-            time.sleep(0.05)
-        watcher.send_signal(signal.SIGINT)
-        out, err = watcher.communicate(timeout=30)
-    finally:
-        watcher.kill()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as watcher:
+        try:
+            deadline = time.monotonic() + 60
+            while reads_of(stats_server) < first + 2:  # it has refreshed twice
+                assert watcher.poll() is None and time.monotonic() < deadline, "the watcher never read the stats"
+                time.sleep(0.05)
+            watcher.send_signal(signal.SIGINT)
+            out, err = watcher.communicate(timeout=30)
+        finally:
+            watcher.kill()
     assert watcher.returncode == 0, err.decode()
     assert "Traceback" not in err.decode()
     assert "semcache requests" in out.decode() and "Ctrl-C stops" in out.decode()
