@@ -170,13 +170,14 @@ class Pipeline:
         key = request_key(request, namespace, user=user)
         if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
             return key, None
+        conversation = conversation_text(request)
         if not self.cache_answer_instructions:
-            conversation = conversation_text(request)
-            if await _off_loop_if_long(lambda: find_answer_instruction(conversation), len(conversation)):
+            instruction = await _off_loop_if_long(lambda: find_answer_instruction(conversation), len(conversation))
+            if instruction is not None:
                 return key, None
         model = self.embedding_model(key)  # the conversation too: cosines across models mean nothing
         prompt_vector, context_vector = await asyncio.gather(
-            self.embedder.embed(key.prompt, model), self.embedder.embed(conversation_text(request), model)
+            self.embedder.embed(key.prompt, model), self.embedder.embed(conversation, model)
         )
         if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
             return key, prompt_vector  # on the conversation's topic: its context may shape the answer
