@@ -33,7 +33,7 @@ import yaml
 from semcache.testing.redis_server import RedisServer
 from semcache.testing.servers import free_port
 
-from .http_load import MODEL
+from .http_load import MODEL, Reply
 from .quality_vs_gptcache import BenchmarkError, run_step, stderr
 
 HERE = Path(__file__).resolve().parent
@@ -78,9 +78,9 @@ def ensure_litellm_venv(venv: Path = LITELLM_VENV) -> Path:
     return venv / "bin" / "litellm"
 
 
-def litellm_outcome(response: httpx.Response) -> str:
+def litellm_outcome(response: Reply) -> str:
     """``exact`` for a cache hit (LiteLLM names the cache key it served from), else ``miss``."""
-    if response.status_code != 200:
+    if response.status != 200:
         return "error"
     return "exact" if response.headers.get("x-litellm-cache-key") else "miss"
 

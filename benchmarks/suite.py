@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 from rich.progress import Progress
 
@@ -256,8 +258,11 @@ def part_http(state: Run, workload: Workload, progress: Progress) -> None:
             service.start(timeout_s=600)
             progress.remove_task(task)
             assert service.process is not None
-            phases = _semcache_phases(service.url, service.process.pid, upstream_url, workload, options, progress)
-            measured, samples = asyncio.run(phases)
+            with FloorProbe(options.semcache_env) as probe:
+                phases = _semcache_phases(
+                    service.url, service.process.pid, upstream_url, workload, options, progress, probe
+                )
+                measured, samples = asyncio.run(phases)
             stats = httpx.get(f"{service.url}/stats", timeout=30).json()
         finally:
             service.stop()
@@ -269,11 +274,18 @@ def part_http(state: Run, workload: Workload, progress: Progress) -> None:
 
 
 async def _semcache_phases(
-    url: str, pid: int, upstream_url: str, workload: Workload, options: Options, progress: Progress
+    url: str,
+    pid: int,
+    upstream_url: str,
+    workload: Workload,
+    options: Options,
+    progress: Progress,
+    probe: FloorProbe,
 ) -> tuple[dict[str, Any], Samples]:
     chat, direct = f"{url}/v1/chat/completions", f"{upstream_url}/chat/completions"
     by_level: dict[str, dict[str, Any]] = {}
     samples: Samples = {"semcache": {}, "upstream": {}}
+    paired: dict[str, Any] = {}
     async with client_pool(32) as pool:
         filled = await fill(pool, chat, workload.stored, semcache_outcome)
     for clients in options.concurrency:
@@ -292,24 +304,98 @@ async def _semcache_phases(
                 ("miss", chat, misses, len(misses), "miss", semcache_outcome, pid),
             ]
             for phase, target, prompts, requests, expect, outcome_of, server_pid in plan:
-                phases[phase] = await run_phase(
-                    pool,
-                    target,
-                    prompts,
-                    requests=requests,
-                    expect=expect,
-                    outcome_of=outcome_of,
-                    server_pid=server_pid,
-                )
+                if phase == "semantic_hit" and clients == min(options.concurrency):
+                    phases[phase], paired = await _paired_with_floor(pool, target, prompts, requests, pid, probe)
+                else:
+                    phases[phase] = await run_phase(
+                        pool,
+                        target,
+                        prompts,
+                        requests=requests,
+                        expect=expect,
+                        outcome_of=outcome_of,
+                        server_pid=server_pid,
+                    )
                 progress.advance(task)
             progress.remove_task(task)
             by_level[str(clients)] = {name: result.summary() for name, result in phases.items()}
             samples["semcache"][str(clients)] = {n: r.samples_ms for n, r in phases.items() if n != "direct_upstream"}
             samples["upstream"][str(clients)] = {"direct": phases["direct_upstream"].samples_ms}
-    return {"fill_outcomes": dict(filled), "by_concurrency": by_level}, samples
+    return {"fill_outcomes": dict(filled), "by_concurrency": by_level, "paired_floor": paired}, samples
 
 
-async def _warm_up(pool: list[httpx.AsyncClient], chat: str, workload: Workload) -> None:
+class FloorProbe:
+    """``python -m benchmarks.embedder_floor --serve``, with semcache's environment: one-prompt
+    embedding timings taken between the chunks of an HTTP phase, so that the ratio of the two
+    compares the same minutes of a machine whose speed drifts."""
+
+    def __init__(self, semcache_env: dict[str, str]) -> None:
+        self.env = {**os.environ, **semcache_env}
+        self.process: subprocess.Popen[str] | None = None
+        self.error: str | None = None
+
+    def __enter__(self) -> FloorProbe:
+        command = [sys.executable, "-m", "benchmarks.embedder_floor", "--serve"]
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            self.error = f"benchmarks.embedder_floor --serve did not start (exit code {self.process.poll()})"
+        return self
+
+    def one_prompt_ms(self, count: int) -> list[float]:
+        """``count`` one-prompt timings, or none when the probe did not start."""
+        if self.error is not None or self.process is None:
+            return []
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{count}\n")
+        self.process.stdin.flush()
+        return [float(ms) for ms in json.loads(self.process.stdout.readline())]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            if self.process.stdin is not None:
+                self.process.stdin.close()  # its loop over stdin ends
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+
+
+PAIRED_CHUNKS = 6
+
+
+async def _paired_with_floor(
+    pool: list[aiohttp.ClientSession], chat: str, prompts: list[str], requests: int, pid: int, probe: FloorProbe
+) -> tuple[PhaseResult, dict[str, Any]]:
+    """The semantic-hit phase in ``PAIRED_CHUNKS`` chunks, each followed by as many one-prompt
+    embeddings in the floor's process (never at the same time: they would share the cores)."""
+    merged, floor_ms = PhaseResult(), []
+    chunk = max(1, requests // PAIRED_CHUNKS)
+    for start in range(0, requests, chunk):
+        part = await run_phase(
+            pool, chat, prompts, requests=min(chunk, requests - start), expect="semantic",
+            outcome_of=semcache_outcome, server_pid=pid,
+        )  # fmt: skip
+        merged.samples_ms += part.samples_ms
+        merged.outcomes.update(part.outcomes)
+        merged.wall_s += part.wall_s
+        merged.client_cpu_s += part.client_cpu_s
+        if part.server_cpu_s is not None:
+            merged.server_cpu_s = (merged.server_cpu_s or 0.0) + part.server_cpu_s
+        floor_ms += await asyncio.to_thread(probe.one_prompt_ms, min(chunk, requests - start))
+    if not floor_ms:
+        return merged, {"skipped": probe.error or "no timings"}
+    return merged, {"one_prompt_p50_ms": round(statistics.median(floor_ms), 3), "count": len(floor_ms),
+                    "chunks": PAIRED_CHUNKS}  # fmt: skip
+
+
+async def _warm_up(pool: list[aiohttp.ClientSession], chat: str, workload: Workload) -> None:
     """Connect every client, and run both lookup paths once, before anything is timed."""
     for prompts in (workload.stored, workload.paraphrases):
         await run_phase(pool, chat, prompts, requests=max(len(pool), 5), expect="", outcome_of=semcache_outcome)

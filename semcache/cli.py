@@ -89,7 +89,7 @@ def serve(
     from .logs import configure_logging
     from .server import create_app
     from .server.access import AccessPolicy
-    from .server.limits import bounded_http_protocol
+    from .server.protocol import http_protocol
 
     flags = {
         "host": host,
@@ -129,7 +129,7 @@ def serve(
         log_config=None,
         access_log=False,
         # Bounds on the request line and headers: a 431 in OpenAI's shape (h11: a plain 400).
-        http=bounded_http_protocol(settings.max_header_bytes, settings.max_header_count) or "h11",
+        http=http_protocol(settings.max_header_bytes, settings.max_header_count) or "h11",
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.http_keep_alive_s,
     )

@@ -116,7 +116,7 @@ class ScopedVectorIndex:
             if partition is None or partition.index.ntotal == 0:
                 return []
             fetch = k + min(len(partition.tombstones), _MAX_TOMBSTONE_OVERFETCH)
-            similarities, ids = partition.index.search(query, min(fetch, int(partition.index.ntotal)))
+            similarities, ids = _search_one_thread(partition.index, query, min(fetch, int(partition.index.ntotal)))
             tombstones = set(partition.tombstones)
         found = [
             (int(i), float(s)) for i, s in zip(ids[0], similarities[0], strict=True) if i >= 0 and i not in tombstones
@@ -354,3 +354,17 @@ class ScopedVectorIndex:
     def ids(self) -> set[int]:
         with self._lock:
             return set(self._scope_of)
+
+
+def _search_one_thread(index: Any, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """One query gains nothing from an OpenMP team, and a team's idle threads spin after it, on
+    the cores the event loop and the embedder need. The calling thread's own setting (OpenMP's is
+    per thread) is put back after."""
+    threads = faiss.omp_get_max_threads()
+    if threads == 1:
+        return index.search(query, k)
+    faiss.omp_set_num_threads(1)
+    try:
+        return index.search(query, k)
+    finally:
+        faiss.omp_set_num_threads(threads)

@@ -189,10 +189,14 @@ class Pipeline:
         hit = await self.exact.lookup(lookup.key, now) or self.templates.lookup_exact(lookup.key)
         if hit is not None:
             return hit
-        if lookup.vector is None:
-            lookup.vector = await self.embedder.embed(lookup.key.prompt, self.embedding_model(lookup.key))
+        candidates = None
+        if lookup.vector is None:  # one trip to the embedding thread: the vector, and the index search
+            search = functools.partial(self.semantic.candidates, lookup.key)
+            lookup.vector, candidates = await self.embedder.embed_then(
+                lookup.key.prompt, self.embedding_model(lookup.key), search
+            )
         return self._template_match(lookup.key, lookup.vector) or await self.semantic.lookup(
-            lookup.key, lookup.vector, now
+            lookup.key, lookup.vector, now, candidates
         )
 
     def embedding_model(self, key: RequestKey) -> str:

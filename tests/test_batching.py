@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -29,6 +30,13 @@ class SlowModel(HashingEmbedder):
 
 def direct(texts: Sequence[str]) -> np.ndarray:
     return HashingEmbedder().embed(texts)
+
+
+async def busy_with_first(batcher: BatchingEmbedder) -> asyncio.Task[np.ndarray]:
+    """Send "first" to a batcher in front of a ``SlowModel``; returns once it is in the model."""
+    first = asyncio.create_task(batcher.embed("first"))
+    await asyncio.sleep(0.01)
+    return first
 
 
 @pytest.fixture
@@ -58,8 +66,7 @@ async def test_requests_arriving_during_a_model_call_form_the_next_batch() -> No
     model = SlowModel()
     batcher = BatchingEmbedder(model)
     try:
-        first = asyncio.create_task(batcher.embed("first"))
-        await asyncio.sleep(0.01)  # "first" is in the model now
+        first = await busy_with_first(batcher)
         await asyncio.gather(*(batcher.embed(text) for text in TEXTS[:20]))
         await first
     finally:
@@ -124,3 +131,61 @@ async def test_close_is_safe_before_and_after_use(model: HashingEmbedder) -> Non
     assert vector.shape == (model.dimension,)
     await batcher.close()
     await batcher.close()
+
+
+async def test_embed_then_runs_the_follow_up_in_the_embedding_thread(batcher: BatchingEmbedder) -> None:
+    def follow_up(vector: np.ndarray) -> tuple[str, float]:
+        return threading.current_thread().name, float(vector @ vector)
+
+    vector, (thread, norm) = await batcher.embed_then("hello", None, follow_up)
+    np.testing.assert_allclose(vector, direct(["hello"])[0])
+    assert thread == "semcache-embed"  # the same trip off the loop as the embedding
+    assert norm == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_a_failing_follow_up_fails_only_its_own_caller(batcher: BatchingEmbedder) -> None:
+    def broken(vector: np.ndarray) -> None:
+        raise ValueError("the search fell over")
+
+    results = await asyncio.gather(
+        batcher.embed_then("one", None, broken), batcher.embed("two"), return_exceptions=True
+    )
+    assert isinstance(results[0], ValueError)
+    np.testing.assert_allclose(results[1], direct(["two"])[0])
+
+
+async def test_a_caller_that_went_away_is_not_embedded() -> None:
+    model = SlowModel()
+    batcher = BatchingEmbedder(model)
+    try:
+        first = await busy_with_first(batcher)
+        gone = asyncio.create_task(batcher.embed("gone"))
+        await asyncio.sleep(0)  # queued behind "first"
+        gone.cancel()
+        await asyncio.gather(first, batcher.embed("last"), return_exceptions=True)
+    finally:
+        await batcher.close()
+    assert model.calls == [1, 1]  # "first", then "last" alone: "gone" was skipped
+    assert gone.cancelled()
+
+
+async def test_close_cancels_callers_still_waiting_and_refuses_new_ones() -> None:
+    batcher = BatchingEmbedder(SlowModel())
+    first = await busy_with_first(batcher)
+    waiting = asyncio.create_task(batcher.embed("waiting"))
+    await asyncio.sleep(0)
+    await batcher.close()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    np.testing.assert_allclose(await first, direct(["first"])[0])  # the batch in the model still ends
+    with pytest.raises(RuntimeError, match="closed"):
+        await batcher.embed("after")
+
+
+def test_callers_on_a_later_event_loop_still_get_their_vectors(model: HashingEmbedder) -> None:
+    """Answers go to the loop each caller waits on, not to the loop of the first caller."""
+    batcher = BatchingEmbedder(model)
+    first = asyncio.run(batcher.embed("one"))
+    second = asyncio.run(batcher.embed("two"))
+    asyncio.run(batcher.close())
+    np.testing.assert_allclose(np.vstack([first, second]), direct(["one", "two"]))

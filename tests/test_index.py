@@ -381,3 +381,20 @@ def test_stats_counts() -> None:
     assert stats.rebuilds == 1
     assert stats.rebuilding == 0
     assert stats.rebuild_progress == []
+
+
+def test_a_search_uses_one_thread_and_leaves_the_callers_setting_alone() -> None:
+    """A single query gains nothing from an OpenMP team; the thread's own setting (torch's, in the
+    embedding thread) must be as it was after the search."""
+    index, vectors = filled("s", range(50))
+    seen: list[tuple[int, int]] = []
+
+    def search_in_a_thread() -> None:
+        faiss.omp_set_num_threads(2)
+        found = index.search("s", vectors[7], 1)
+        seen.append((found[0][0], faiss.omp_get_max_threads()))
+
+    worker = threading.Thread(target=search_in_a_thread)
+    worker.start()
+    worker.join()
+    assert seen == [(7, 2)]

@@ -3,24 +3,39 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
+import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import Context
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..protocols import Embedder
 from .routing import as_routed
 
-_Item = tuple[str, str | None, "asyncio.Future[np.ndarray]"]  # text, model (None: by its script), waiter
+_T = TypeVar("_T")
+_Result = tuple[np.ndarray, Any] | Exception  # (vector, what ``then`` returned), or why it failed
+
+
+@dataclass
+class _Prompt:
+    text: str
+    model: str | None  # None: by its script
+    then: Callable[[np.ndarray], Any] | None  # run on the vector, in the embedding thread
+    waiter: asyncio.Future[tuple[np.ndarray, Any]]
 
 
 class BatchingEmbedder:
-    """Collects prompts for at most ``max_wait_s`` or ``max_batch`` items, then embeds them at once.
+    """Embeds prompts in one thread of its own, which takes every prompt waiting (up to
+    ``max_batch``) each time it is free, and embeds them in one model call.
 
-    While one batch runs in the worker thread, the next one fills up, so under load batches grow
-    by themselves and the model sees few, large calls. With ``max_wait_s=0`` (the default) a lone
-    request never waits: it takes whatever is queued and goes.
+    A lone prompt goes to the model at once; under load, prompts pile up while the model works and
+    form the next batch, so batches grow by themselves. The thread starts the next batch as soon as
+    it has finished one, before the event loop has even woken the last batch's callers: the model
+    never waits for the loop. With ``max_wait_s`` above 0, a batch waits that long for company.
 
     ``model`` names one model of a ``RoutedEmbedder`` (the request's, by namespace and script);
     without it each text goes to its script's model, or to the only model there is.
@@ -40,67 +55,98 @@ class BatchingEmbedder:
         self._max_batch = max_batch
         self._max_wait_s = max_wait_s
         self._on_batch = on_batch
-        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semcache-embed")
-        self._worker: asyncio.Task[None] | None = None
+        self._prompts: queue.SimpleQueue[_Prompt | None] = queue.SimpleQueue()  # None: stop
+        self._thread: threading.Thread | None = None
+        self._closed = False
 
     async def embed(self, text: str, model: str | None = None) -> np.ndarray:
-        if self._worker is None:
-            # A fresh context: the worker outlives the request that happened to start it, and must
-            # not carry that request's id into its log lines.
-            self._worker = asyncio.create_task(self._run(), name="semcache-embed-batcher", context=Context())
-        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
-        await self._queue.put((text, model, future))
-        return await future
+        vector, _ = await self._submit(text, model, None)
+        return vector
+
+    async def embed_then(self, text: str, model: str | None, then: Callable[[np.ndarray], _T]) -> tuple[np.ndarray, _T]:
+        """The vector and ``then(vector)``, which runs in the embedding thread right after the
+        model: work that needs the vector (an index search) costs no second trip off the loop."""
+        vector, result = await self._submit(text, model, then)
+        return vector, result
 
     async def embed_many(self, texts: list[str], model: str | None = None) -> np.ndarray:
-        """Embed a known list directly, in batches of ``max_batch`` (for loading, not for requests)."""
-        loop = asyncio.get_running_loop()
+        """Embed a known list in batches of ``max_batch`` (for loading, not for requests), one
+        batch at a time, so that requests arriving meanwhile are not queued behind all of it."""
         parts = [
-            await loop.run_in_executor(
-                self._executor,
-                self._embed,
-                texts[i : i + self._max_batch],
-                [model] * len(texts[i : i + self._max_batch]),
-            )
+            np.vstack(await asyncio.gather(*(self.embed(text, model) for text in texts[i : i + self._max_batch])))
             for i in range(0, len(texts), self._max_batch)
         ]
         return np.vstack(parts) if parts else np.zeros((0, self.dimension), dtype=np.float32)
 
     async def close(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
-            self._worker = None
-        while not self._queue.empty():
-            _, _, future = self._queue.get_nowait()
-            if not future.done():
-                future.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Stop the thread; callers still waiting are cancelled. Safe to call twice."""
+        self._closed = True
+        self._prompts.put(None)
         while True:
-            batch = await self._collect_batch()
+            try:
+                prompt = self._prompts.get_nowait()
+            except queue.Empty:
+                break
+            if prompt is not None:
+                prompt.waiter.cancel()
+        self._prompts.put(None)  # drained above: tell a running thread again
+
+    async def _submit(self, text: str, model: str | None, then: Callable[[np.ndarray], Any] | None) -> Any:
+        if self._closed:
+            raise RuntimeError("the embedder is closed")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="semcache-embed", daemon=True)
+            self._thread.start()
+        waiter: asyncio.Future[tuple[np.ndarray, Any]] = asyncio.get_running_loop().create_future()
+        self._prompts.put(_Prompt(text, model, then, waiter))
+        return await waiter
+
+    # -- in the embedding thread -------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            batch = [prompt for prompt in batch if not prompt.waiter.done()]  # callers gone: skip them
             if not batch:
                 continue
-            texts, models = [text for text, _, _ in batch], [model for _, model, _ in batch]
-            started = loop.time()
+            started = time.perf_counter()
             try:
-                vectors = await loop.run_in_executor(self._executor, self._embed, texts, models)
-            except Exception as exc:  # the model failed: every waiter learns why
-                for _, _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
+                vectors = self._embed([p.text for p in batch], [p.model for p in batch])
+            except Exception as exc:  # the model failed: every caller learns why
+                self._reply(batch, [exc] * len(batch), time.perf_counter() - started)
                 continue
-            if self._on_batch is not None:
-                self._on_batch(len(batch), loop.time() - started)
-            for (_, _, future), vector in zip(batch, vectors, strict=True):
-                if not future.done():
-                    future.set_result(vector)
+            seconds = time.perf_counter() - started
+            self._reply(batch, [_then(prompt, vector) for prompt, vector in zip(batch, vectors, strict=True)], seconds)
+
+    def _next_batch(self) -> list[_Prompt] | None:
+        """Wait for a prompt, then take what else is waiting; None once closed."""
+        first = self._prompts.get()
+        if first is None:
+            return None
+        batch = [first]
+        deadline = time.monotonic() + self._max_wait_s
+        while len(batch) < self._max_batch:
+            try:
+                remaining = deadline - time.monotonic()
+                prompt = self._prompts.get(timeout=remaining) if remaining > 0 else self._prompts.get_nowait()
+            except queue.Empty:
+                break
+            if prompt is None:
+                self._prompts.put(None)  # stop after this batch
+                break
+            batch.append(prompt)
+        return batch
+
+    def _reply(self, batch: list[_Prompt], results: list[_Result], seconds: float) -> None:
+        """Hand the results to the event loop(s) the callers wait on."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Prompt, _Result]]] = {}
+        for prompt, result in zip(batch, results, strict=True):
+            by_loop.setdefault(prompt.waiter.get_loop(), []).append((prompt, result))
+        for loop, answers in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: no one is waiting any more
+                loop.call_soon_threadsafe(self._settle, answers, seconds)
 
     def _embed(self, texts: list[str], models: list[str | None]) -> np.ndarray:
-        """One call per model in the batch; in the worker thread."""
+        """One call per model in the batch."""
         if all(model is None for model in models):
             return self.embedder.embed(texts)
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -110,19 +156,22 @@ class BatchingEmbedder:
             vectors[rows] = self.embedder.embed(part) if model is None else self.router.embed_with(model, part)
         return vectors
 
-    async def _collect_batch(self) -> list[_Item]:
-        batch = [await self._queue.get()]
-        await asyncio.sleep(0)  # let requests that arrived in the same tick join
-        deadline = asyncio.get_running_loop().time() + self._max_wait_s
-        while len(batch) < self._max_batch:
-            if not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-                continue
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                break
-            try:
-                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
-            except TimeoutError:
-                break
-        return [item for item in batch if not item[2].cancelled()]
+    # -- back on the event loop --------------------------------------------------------------
+
+    def _settle(self, answers: list[tuple[_Prompt, _Result]], seconds: float) -> None:
+        if self._on_batch is not None:
+            self._on_batch(len(answers), seconds)
+        for prompt, result in answers:
+            if prompt.waiter.done():
+                continue  # its caller went away
+            if isinstance(result, Exception):
+                prompt.waiter.set_exception(result)
+            else:
+                prompt.waiter.set_result(result)
+
+
+def _then(prompt: _Prompt, vector: np.ndarray) -> _Result:
+    try:
+        return vector, prompt.then(vector) if prompt.then is not None else None
+    except Exception as exc:  # only this prompt's follow-up failed
+        return exc

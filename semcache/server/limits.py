@@ -1,6 +1,6 @@
 """Bounds on everything a client controls, each refused with a 4xx in OpenAI's shape and a code of its own:
 
-- the request line and headers (``BoundedHttpToolsProtocol``, in uvicorn, before the app sees them): 431;
+- the request line and headers (``protocol.http_protocol``, in uvicorn, before the app sees them): 431;
 - the body's size (``BodySizeLimit``, before it is read into memory): 413;
 - the body's JSON (``BoundedJsonRoute``: strict UTF-8, bounded nesting; ``wire.parse_json_body``): 400;
 - a chat request's messages, tools and text (``RequestBounds``): 400.
@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -123,82 +122,3 @@ class _BoundedJsonRequest(Request):
             max_depth: int = self.app.state.semcache.settings.max_json_depth
             self._json = parse_json_body(await self.body(), max_depth)
         return self._json
-
-
-def bounded_http_protocol(max_header_bytes: int, max_header_count: int) -> type[asyncio.Protocol] | None:
-    """uvicorn's httptools protocol, refusing a request line and headers over these bounds with a 431.
-
-    httptools itself has no bound (uvicorn keeps a 10 MB header in memory and passes it on). None
-    when httptools is not installed: uvicorn's h11 then refuses a head over ``h11_max_incomplete_event_size``.
-    """
-    try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:  # pragma: no cover - uvicorn[standard] ships httptools
-        return None
-
-    class BoundedHttpToolsProtocol(HttpToolsProtocol):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._in_head = True  # between a request's first byte and the end of its headers
-            self._head_bytes_received = 0  # counted per read, so a head that never ends is caught
-            self._head_bytes = 0  # request line and headers, counted exactly
-            self._header_count = 0
-            self._refused = False
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return
-            if self._in_head:
-                self._head_bytes_received += len(data)
-            super().data_received(data)
-            if self._in_head and not self._refused and self._head_bytes_received > max_header_bytes:
-                self._refuse()
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._in_head, self._head_bytes_received, self._head_bytes, self._header_count = True, 0, 0, 0
-
-        def on_url(self, url: bytes) -> None:
-            self._head_bytes += len(url)
-            if self._head_bytes <= max_header_bytes:
-                super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._head_bytes += len(name) + len(value) + 4  # ": " and CRLF
-            self._header_count += 1
-            if self._head_bytes <= max_header_bytes and self._header_count <= max_header_count:
-                super().on_header(name, value)  # never keep what is refused
-
-        def on_headers_complete(self) -> None:
-            if self._refused:
-                return  # a request pipelined behind the refused one, in the same read
-            if self._head_bytes > max_header_bytes or self._header_count > max_header_count:
-                self._refuse()
-                return
-            self._in_head = False
-            super().on_headers_complete()
-
-        def on_body(self, body: bytes) -> None:
-            if not self._refused:
-                super().on_body(body)
-
-        def on_message_complete(self) -> None:
-            if not self._refused:
-                super().on_message_complete()
-
-        def _refuse(self) -> None:
-            self._refused = True
-            error = InvalidRequest(
-                f"the request line and headers are over {max_header_bytes} bytes or {max_header_count} headers",
-                code="request_headers_too_large",
-                status_code=431,
-            )
-            body = json.dumps(error.to_openai()).encode()
-            head = (
-                "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-            )
-            self.transport.write(head.encode() + body)
-            self.transport.close()
-
-    return BoundedHttpToolsProtocol

@@ -49,9 +49,8 @@ class SemanticTier:
         self._on_decision = on_decision
         self._observer = observer or NullObserver()
         self._negatives: dict[int, list[NegativeFeedback]] = {}
-        # One thread, with FAISS's OpenMP team cut to one: a single-query search gains nothing from
-        # more threads, and their idle spinning slowed every other thread on a 2-core machine.
-        self._search_thread = ThreadPoolExecutor(1, "semcache-faiss", initializer=_single_threaded_faiss)
+        # For vectors that arrive without their candidates (see ``candidates``).
+        self._search_thread = ThreadPoolExecutor(1, "semcache-faiss")
 
     def load_negatives(self, negatives: list[NegativeFeedback]) -> None:
         self._negatives = {}
@@ -61,13 +60,20 @@ class SemanticTier:
     def add_negative(self, negative: NegativeFeedback) -> None:
         self._negatives.setdefault(negative.entry_id, []).append(negative)
 
-    async def lookup(self, key: RequestKey, vector: np.ndarray, now: float) -> Hit | None:
-        policy = self.policies.for_namespace(key.namespace)
-        loop = asyncio.get_running_loop()
+    def candidates(self, key: RequestKey, vector: np.ndarray) -> list[tuple[int, float]]:
+        """The nearest entries of the request's scope, as (id, cosine). Blocking, and safe in any
+        thread: the pipeline runs it in the embedding thread, right after the vector is made."""
         with timed(self._observer, "index_search"):
-            candidates = await loop.run_in_executor(
-                self._search_thread, self.index.search, key.scope, vector, _CANDIDATES
-            )
+            return self.index.search(key.scope, vector, _CANDIDATES)
+
+    async def lookup(
+        self, key: RequestKey, vector: np.ndarray, now: float, candidates: list[tuple[int, float]] | None = None
+    ) -> Hit | None:
+        """The best candidate that passes the policy; ``candidates`` are searched here unless given."""
+        policy = self.policies.for_namespace(key.namespace)
+        if candidates is None:
+            loop = asyncio.get_running_loop()
+            candidates = await loop.run_in_executor(self._search_thread, self.candidates, key, vector)
         threshold = policy.threshold_for(key.language)
         decision = Decision(
             namespace=key.namespace, query=key.prompt, decision="miss", language=key.language, threshold=threshold
@@ -140,9 +146,3 @@ class SemanticTier:
     def _decide(self, decision: Decision) -> None:
         if self._on_decision is not None:
             self._on_decision(decision)
-
-
-def _single_threaded_faiss() -> None:
-    import faiss
-
-    faiss.omp_set_num_threads(1)  # per thread: rebuilds elsewhere keep their threads
