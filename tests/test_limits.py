@@ -208,3 +208,20 @@ def test_request_bounds_name_what_is_over() -> None:
     with pytest.raises(InvalidRequest) as caught:
         bounds.check(request({"role": "user", "content": [{"type": "text", "text": "01234567890"}]}))
     assert caught.value.code == "prompt_too_long" and "11 characters" in caught.value.message
+
+
+@pytest.mark.slow
+def test_the_chat_route_takes_json_by_media_type_and_refuses_other_bodies_in_openai_shape(
+    serve: Callable[..., str],
+) -> None:
+    """Valid JSON bodies take the direct path past FastAPI's machinery (DirectJsonRoute); every
+    other body takes FastAPI's path, and its error keeps OpenAI's shape."""
+    url = f"{serve()}/v1/chat/completions"
+    for content_type in ("application/json; charset=utf-8", "application/vnd.api+json"):
+        answered = httpx.post(url, content=HI + b"}", headers={"content-type": content_type})
+        assert answered.status_code == 200 and answered.headers["x-semcache"] in {"miss", "hit"}, content_type
+    form = httpx.post(url, data={"model": "m"})  # what curl -d sends without a content type
+    invalid = httpx.post(url, content=b'{"model": "m", "messages": "hi"}', headers={"content-type": "application/json"})
+    for refused in (form, invalid):
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["type"] == "invalid_request_error"

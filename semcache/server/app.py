@@ -37,7 +37,7 @@ from .errors import ERROR_RESPONSES, install_error_handlers
 from .limits import BodySizeLimit
 from .monitoring import RequestTimer, monitoring_router
 from .request_context import RequestContext
-from .routes import router
+from .routes import chat_router, router
 
 log = logging.getLogger("semcache.server")
 
@@ -99,6 +99,7 @@ def create_app(
         responses=ERROR_RESPONSES,
     )
     install_error_handlers(app)
+    app.include_router(chat_router)
     app.include_router(router)
     app.include_router(feedback_router)
     app.include_router(admin_router)

@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import BodyTooLarge, InvalidRequest
@@ -116,9 +117,51 @@ class BoundedJsonRoute(APIRoute):
         return bounded_handler
 
 
+class DirectJsonRoute(BoundedJsonRoute):
+    """For an endpoint ``(body: SomeModel, request: Request)`` that returns a ``Response``: a JSON
+    body that validates goes straight to the endpoint, past FastAPI's per-request machinery (it
+    took 0.08 of the 0.3 ms an exact hit spent in the app, measured in process on 2026-11-30).
+    Any other body takes FastAPI's own path, so every error is FastAPI's, word for word."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        fastapi_handler = super(BoundedJsonRoute, self).get_route_handler()  # APIRoute's
+        (body_param,) = self.dependant.body_params
+        model = body_param.field_info.annotation
+        request_name = self.dependant.request_param_name
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or request_name is None:
+            raise TypeError(f"{self.path}: DirectJsonRoute needs an endpoint (body: SomeModel, request: Request)")
+        body_name, endpoint = body_param.name, self.endpoint
+
+        async def direct_handler(request: Request) -> Response:
+            bounded = _BoundedJsonRequest(request.scope, request.receive)
+            if _declares_json(bounded.headers.get("content-type")):
+                try:
+                    body = model.model_validate(await bounded.json())
+                except Exception:  # not BaseException: a body over its size limit still ends the request
+                    body = None  # FastAPI's path says what is wrong (the body read is kept)
+                if body is not None:
+                    response: Response = await endpoint(**{body_name: body, request_name: bounded})
+                    return response
+            return await fastapi_handler(bounded)
+
+        return direct_handler
+
+
+def _declares_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 class _BoundedJsonRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
+            failure: InvalidRequest | None = getattr(self, "_json_failure", None)
+            if failure is not None:
+                raise failure  # parsed once already (DirectJsonRoute, then FastAPI's path)
             max_depth: int = self.app.state.semcache.settings.max_json_depth
-            self._json = parse_json_body(await self.body(), max_depth)
+            try:
+                self._json = parse_json_body(await self.body(), max_depth)
+            except InvalidRequest as exc:
+                self._json_failure = exc
+                raise
         return self._json

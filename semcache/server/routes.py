@@ -18,10 +18,11 @@ from ..keys import user_id
 from ..pipeline import Lookup, Pipeline, RequestControls
 from ..wire import ChatCompletionRequest
 from .errors import error_response
-from .limits import BoundedJsonRoute, RequestBounds
+from .limits import BoundedJsonRoute, DirectJsonRoute, RequestBounds
 
 log = logging.getLogger("semcache.server")
 router = APIRouter(route_class=BoundedJsonRoute)
+chat_router = APIRouter(route_class=DirectJsonRoute)  # the hot path: valid bodies skip FastAPI's machinery
 
 
 def _state(request: Request) -> Any:
@@ -37,7 +38,7 @@ def pipeline_of(request: Request) -> Pipeline:
     return pipeline
 
 
-@router.post(
+@chat_router.post(
     "/v1/chat/completions",
     summary="Create a chat completion, from the cache when possible",
     responses={200: {"content": {"text/event-stream": {}}, "description": "With "
