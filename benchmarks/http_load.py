@@ -92,6 +92,15 @@ class PhaseResult:
     client_cpu_s: float = 0.0  # this process's CPU time: the load generator's share of the cores
     server_cpu_s: float | None = None
 
+    def extend(self, part: PhaseResult) -> None:
+        """Add what a later part of the same phase measured (its requests ran after these)."""
+        self.samples_ms += part.samples_ms
+        self.outcomes.update(part.outcomes)
+        self.wall_s += part.wall_s
+        self.client_cpu_s += part.client_cpu_s
+        if part.server_cpu_s is not None:
+            self.server_cpu_s = (self.server_cpu_s or 0.0) + part.server_cpu_s
+
     def summary(self) -> dict[str, Any]:
         throughput = len(self.samples_ms) / self.wall_s if self.wall_s > 0 else 0.0
         summary = {

@@ -54,10 +54,15 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return round(numerator / denominator, 2)
 
 
+def _paired_floor(results: dict[str, Any]) -> dict[str, Any]:
+    """The one-prompt timings taken between the chunks of the semantic-hit phase, if any."""
+    return (results.get("semcache") or {}).get("paired_floor") or {}
+
+
 def one_prompt_floor(results: dict[str, Any]) -> tuple[float | None, str]:
     """The time to embed one prompt that the semantic hit is compared with: the timings paired
     with the semantic-hit phase when there are some, else the embedder part's."""
-    paired = (results.get("semcache") or {}).get("paired_floor") or {}
+    paired = _paired_floor(results)
     if paired.get("one_prompt_p50_ms"):
         return paired["one_prompt_p50_ms"], "paired"
     return (results.get("embedder") or {}).get("one_prompt_p50_ms"), "embedder part"
@@ -295,7 +300,7 @@ def _embedder_section(results: dict[str, Any]) -> str:
         ["one prompt per call, p50", f"{embedder.get('one_prompt_p50_ms')} ms"],
         ["one prompt per call, p99", f"{embedder.get('one_prompt_p99_ms')} ms"],
     ]
-    paired = (results.get("semcache") or {}).get("paired_floor") or {}
+    paired = _paired_floor(results)
     if paired.get("one_prompt_p50_ms"):
         rows.append([
             f"one prompt per call, p50, between the chunks of the semantic-hit phase ({paired.get('count')} calls)",

@@ -378,17 +378,13 @@ async def _paired_with_floor(
     merged, floor_ms = PhaseResult(), []
     chunk = max(1, requests // PAIRED_CHUNKS)
     for start in range(0, requests, chunk):
-        part = await run_phase(
-            pool, chat, prompts, requests=min(chunk, requests - start), expect="semantic",
-            outcome_of=semcache_outcome, server_pid=pid,
-        )  # fmt: skip
-        merged.samples_ms += part.samples_ms
-        merged.outcomes.update(part.outcomes)
-        merged.wall_s += part.wall_s
-        merged.client_cpu_s += part.client_cpu_s
-        if part.server_cpu_s is not None:
-            merged.server_cpu_s = (merged.server_cpu_s or 0.0) + part.server_cpu_s
-        floor_ms += await asyncio.to_thread(probe.one_prompt_ms, min(chunk, requests - start))
+        count = min(chunk, requests - start)
+        merged.extend(
+            await run_phase(
+                pool, chat, prompts, requests=count, expect="semantic", outcome_of=semcache_outcome, server_pid=pid
+            )
+        )
+        floor_ms += await asyncio.to_thread(probe.one_prompt_ms, count)
     if not floor_ms:
         return merged, {"skipped": probe.error or "no timings"}
     return merged, {"one_prompt_p50_ms": round(statistics.median(floor_ms), 3), "count": len(floor_ms),

@@ -81,7 +81,6 @@ class BatchingEmbedder:
     async def close(self) -> None:
         """Stop the thread; callers still waiting are cancelled. Safe to call twice."""
         self._closed = True
-        self._prompts.put(None)
         while True:
             try:
                 prompt = self._prompts.get_nowait()
@@ -89,7 +88,7 @@ class BatchingEmbedder:
                 break
             if prompt is not None:
                 prompt.waiter.cancel()
-        self._prompts.put(None)  # drained above: tell a running thread again
+        self._prompts.put(None)  # the thread stops once it has finished the batch in hand
 
     async def _submit(self, text: str, model: str | None, then: Callable[[np.ndarray], Any] | None) -> Any:
         if self._closed:
