@@ -181,6 +181,48 @@ def test_an_unexpected_error_keeps_its_request_id_in_the_response_and_the_log(
     assert "sk-live" not in stream.getvalue()
 
 
+def test_an_unexpected_error_on_the_chat_route_is_a_logged_500_in_openai_shape_with_its_request_id(
+    captured: Callable[..., io.StringIO], tmp_path: Path, upstream: StandinUpstream
+) -> None:
+    """A valid chat request takes the direct path (server/direct.py), past FastAPI's error
+    handlers: a failure there still answers in OpenAI's shape, and is logged once, with the id."""
+    from semcache.server import create_app
+    from semcache.settings import Settings
+    from semcache.testing.fakes import HashingEmbedder
+    from semcache.testing.servers import ThreadedUvicorn, wait_healthy
+
+    class FailingEmbedder(HashingEmbedder):
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            if any("boom" in text for text in texts):
+                raise RuntimeError("the model broke while holding sk-live-secret-43")
+            return super().embed(texts)
+
+    settings = Settings(data_dir=tmp_path, upstream_url=upstream.base_url)
+    with ThreadedUvicorn(create_app(settings, embedder=FailingEmbedder())) as server:
+        wait_healthy(server.url, timeout_s=30)
+        stream = captured(level="info", log_format="json")
+        response = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "boom"}]},
+            headers={"X-Request-Id": "boom-2"},
+        )
+        ok = httpx.post(
+            f"{server.url}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        )
+    assert response.status_code == 500 and response.headers["x-request-id"] == "boom-2"
+    assert response.json()["error"] == {
+        "message": "internal error", "type": "server_error", "param": None, "code": "internal_error"
+    }  # fmt: skip
+    assert ok.status_code == 200  # and it serves on
+    lines = [
+        line for line in lines_of(stream) if line["request_id"] == "boom-2" and line["logger"].startswith("semcache")
+    ]
+    failure, access = lines
+    assert failure["logger"] == "semcache.server" and "RuntimeError" in failure["exception"]
+    assert access["logger"] == "semcache.access" and access["status"] == 500
+    assert "sk-live" not in stream.getvalue()
+
+
 @pytest.mark.parametrize(
     ("sent", "kept"),
     [("abc-123", True), ("trace:9f.x_y", True), ("x" * 128, True), ("x" * 129, False), ("a b", False),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from ..embedders import BatchingEmbedder, RoutedEmbedder, load_embedder, load_routed
 from ..errors import StoreUnavailable
@@ -30,14 +31,16 @@ from ..tokens import Price, PriceTable, TokenCounter
 from ..upstreams import RemoteUpstream
 from ..upstreams.resilience import CircuitBreaker, ConcurrencyLimit, ResilientUpstream, RetryPolicy
 from ..verifiers import load_verifier
+from ..wire import ChatCompletionRequest
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
 from .admin_entries import entries_router
+from .direct import DirectRoute
 from .errors import ERROR_RESPONSES, install_error_handlers
 from .limits import BodySizeLimit
 from .monitoring import RequestTimer, monitoring_router
 from .request_context import RequestContext
-from .routes import chat_router, router
+from .routes import CHAT_PATH, chat_completions, chat_router, router
 
 log = logging.getLogger("semcache.server")
 
@@ -91,7 +94,8 @@ def create_app(
             await asyncio.gather(loader, return_exceptions=True)
             await _shutdown(state)
 
-    app = FastAPI(
+    app = SemcacheApp(
+        max_body_bytes=settings.max_body_bytes,
         title="semcache",
         summary="A semantic cache in front of OpenAI-compatible chat completion APIs.",
         version=_version(),
@@ -105,10 +109,23 @@ def create_app(
     app.include_router(admin_router)
     app.include_router(entries_router)
     app.include_router(monitoring_router)
-    app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestTimer)
-    app.add_middleware(RequestContext)  # added last: outermost, so every response and log line has the id
     return app
+
+
+class SemcacheApp(FastAPI):
+    """FastAPI inside semcache's own middlewares, with the chat route's direct path between them.
+
+    The middlewares are pure ASGI and wrap everything: the request id (outermost, so that every
+    response and log line has it), the latency timer, and the body's size limit.
+    """
+
+    def __init__(self, *, max_body_bytes: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_body_bytes = max_body_bytes
+
+    def build_middleware_stack(self) -> ASGIApp:
+        chat = DirectRoute(super().build_middleware_stack(), CHAT_PATH, ChatCompletionRequest, chat_completions)
+        return RequestContext(RequestTimer(BodySizeLimit(chat, self.max_body_bytes)))
 
 
 def _remote_upstream(settings: Settings, metrics: Metrics) -> ResilientUpstream | None:

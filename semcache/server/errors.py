@@ -66,13 +66,17 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        # This handler runs outside every middleware, so the request id is added here.
-        request_id = current_request_id()
-        return JSONResponse(
-            openai_error_body("internal error", "server_error", "internal_error"),
-            status_code=500,
-            headers={REQUEST_ID_HEADER: request_id} if request_id else None,
-        )
+        return internal_error_response()
+
+
+def internal_error_response() -> JSONResponse:
+    """A 500 that says nothing of its cause (it is logged), with the request's id."""
+    request_id = current_request_id()
+    return JSONResponse(
+        openai_error_body("internal error", "server_error", "internal_error"),
+        status_code=500,
+        headers={REQUEST_ID_HEADER: request_id} if request_id else None,
+    )
 
 
 def _code(exc: RequestValidationError) -> str:

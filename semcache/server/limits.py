@@ -2,7 +2,7 @@
 
 - the request line and headers (``protocol.http_protocol``, in uvicorn, before the app sees them): 431;
 - the body's size (``BodySizeLimit``, before it is read into memory): 413;
-- the body's JSON (``BoundedJsonRoute``: strict UTF-8, bounded nesting; ``wire.parse_json_body``): 400;
+- the body's JSON (``BoundedJsonRequest``: strict UTF-8, bounded nesting; ``wire.parse_json_body``): 400;
 - a chat request's messages, tools and text (``RequestBounds``): 400.
 """
 
@@ -15,7 +15,6 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import BodyTooLarge, InvalidRequest
@@ -112,56 +111,33 @@ class BoundedJsonRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def bounded_handler(request: Request) -> Response:
-            return await handler(_BoundedJsonRequest(request.scope, request.receive))
+            return await handler(BoundedJsonRequest(request.scope, request.receive))
 
         return bounded_handler
 
 
-class DirectJsonRoute(BoundedJsonRoute):
-    """For an endpoint ``(body: SomeModel, request: Request)`` that returns a ``Response``: a JSON
-    body that validates goes straight to the endpoint, past FastAPI's per-request machinery (it
-    took 0.08 of the 0.3 ms an exact hit spent in the app, measured in process on 2026-11-30).
-    Any other body takes FastAPI's own path, so every error is FastAPI's, word for word."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        fastapi_handler = super(BoundedJsonRoute, self).get_route_handler()  # APIRoute's
-        (body_param,) = self.dependant.body_params
-        model = body_param.field_info.annotation
-        request_name = self.dependant.request_param_name
-        if not (isinstance(model, type) and issubclass(model, BaseModel)) or request_name is None:
-            raise TypeError(f"{self.path}: DirectJsonRoute needs an endpoint (body: SomeModel, request: Request)")
-        body_name, endpoint = body_param.name, self.endpoint
-
-        async def direct_handler(request: Request) -> Response:
-            bounded = _BoundedJsonRequest(request.scope, request.receive)
-            if _declares_json(bounded.headers.get("content-type")):
-                try:
-                    body = model.model_validate(await bounded.json())
-                except Exception:  # not BaseException: a body over its size limit still ends the request
-                    body = None  # FastAPI's path says what is wrong (the body read is kept)
-                if body is not None:
-                    response: Response = await endpoint(**{body_name: body, request_name: bounded})
-                    return response
-            return await fastapi_handler(bounded)
-
-        return direct_handler
-
-
-def _declares_json(content_type: str | None) -> bool:
+def declares_json(content_type: str | None) -> bool:
+    """Whether a Content-Type names JSON: ``application/json`` (any parameters) or ``application/*+json``."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
-class _BoundedJsonRequest(Request):
+class BoundedJsonRequest(Request):
+    """A request whose ``json()`` is ``wire.parse_json_body``'s. The outcome is kept in the scope,
+    so that a body parsed once (``direct.DirectRoute``, then FastAPI's path) is not parsed again."""
+
     async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            failure: InvalidRequest | None = getattr(self, "_json_failure", None)
-            if failure is not None:
-                raise failure  # parsed once already (DirectJsonRoute, then FastAPI's path)
+        if _JSON_FAILURE in self.scope:
+            raise self.scope[_JSON_FAILURE]
+        if _JSON not in self.scope:
             max_depth: int = self.app.state.semcache.settings.max_json_depth
             try:
-                self._json = parse_json_body(await self.body(), max_depth)
+                self.scope[_JSON] = parse_json_body(await self.body(), max_depth)
             except InvalidRequest as exc:
-                self._json_failure = exc
+                self.scope[_JSON_FAILURE] = exc
                 raise
-        return self._json
+        return self.scope[_JSON]
+
+
+_JSON = "semcache.json"
+_JSON_FAILURE = "semcache.json_failure"

@@ -45,8 +45,8 @@ class RequestContext:
         try:
             await self.app(scope, receive, send_with_id)
         except BaseException:
-            # The id stays bound: Starlette's outermost error handler logs the failure after this
-            # returns, in this same task (which ends with the request).
+            # The id stays bound: uvicorn logs the failure after this returns, in this same task
+            # (which ends with the request).
             _log_request(scope, response, time.perf_counter() - started)
             raise
         _log_request(scope, response, time.perf_counter() - started)

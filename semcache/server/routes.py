@@ -18,11 +18,14 @@ from ..keys import user_id
 from ..pipeline import Lookup, Pipeline, RequestControls
 from ..wire import ChatCompletionRequest
 from .errors import error_response
-from .limits import BoundedJsonRoute, DirectJsonRoute, RequestBounds
+from .limits import BoundedJsonRoute, RequestBounds
 
 log = logging.getLogger("semcache.server")
 router = APIRouter(route_class=BoundedJsonRoute)
-chat_router = APIRouter(route_class=DirectJsonRoute)  # the hot path: valid bodies skip FastAPI's machinery
+# Valid chat requests reach chat_completions through direct.DirectRoute; this route serves the rest
+# (FastAPI's errors for bodies that do not validate) and the OpenAPI schema.
+chat_router = APIRouter(route_class=BoundedJsonRoute)
+CHAT_PATH = "/v1/chat/completions"
 
 
 def _state(request: Request) -> Any:
@@ -39,7 +42,7 @@ def pipeline_of(request: Request) -> Pipeline:
 
 
 @chat_router.post(
-    "/v1/chat/completions",
+    CHAT_PATH,
     summary="Create a chat completion, from the cache when possible",
     responses={200: {"content": {"text/event-stream": {}}, "description": "With "
                      "`stream: true`: server-sent events, one chunk each, ending with `data: [DONE]`"}},
