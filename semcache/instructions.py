@@ -41,48 +41,62 @@ _COMMAND_BEFORE = re.compile(
 class _Rule:
     kind: str
     pattern: re.Pattern[str]  # starts with its keyword, so that a long text is scanned fast
+    # Every match holds one of these as a whole word (letters a-z, with no letter either side):
+    # a text with none of them is not scanned with the pattern at all.
+    words: frozenset[str]
     command: bool  # counts only as a command: "Say that ...", not "Why do people say that ...?"
 
 
-def _rule(kind: str, pattern: str, *, command: bool = False) -> _Rule:
-    return _Rule(kind, re.compile(pattern), command)
+def _rule(kind: str, pattern: str, words: str, *, command: bool = False) -> _Rule:
+    return _Rule(kind, re.compile(pattern), frozenset(words.split("|")), command)
 
+
+# What a rule's match must hold, as a whole word (``_Rule.words``).
+_ANSWER_WORDS = "answer|respond|reply"
+_SPEAK_WORDS = "answer|respond|reply|say|write|output|print|return|repeat|type|state"
+_IGNORE_WORDS = "ignore|disregard|forget|override|bypass"
 
 # Matched against NFKC-normalised, case-folded text with its whitespace collapsed.
 # fmt: off
 _RULES_IN_ORDER = (
-    _rule(_WORDING, rf"{_SPEAK}\s+(?:back\s+)?(?:exactly|verbatim|word[- ]for[- ]word)\b"),
-    _rule(_WORDING, rf"{_ANSWER}\s+(?:only|just|solely)\s+(?:with|using|by saying)\b"),
-    _rule(_WORDING, rf"{_ANSWER}\s+with\s+(?:only|just|exactly|nothing but)\b"),
+    _rule(_WORDING, rf"{_SPEAK}\s+(?:back\s+)?(?:exactly|verbatim|word[- ]for[- ]word)\b", "exactly|verbatim|word"),
+    _rule(_WORDING, rf"{_ANSWER}\s+(?:only|just|solely)\s+(?:with|using|by saying)\b", _ANSWER_WORDS),
+    _rule(_WORDING, rf"{_ANSWER}\s+with\s+(?:only|just|exactly|nothing but)\b", _ANSWER_WORDS),
     _rule(_WORDING, rf"{_ANSWER}\s+with\s+(?:the|this|these)\s+(?:words?|phrase|sentence|text|string|letter|"
-                    r"number|following)\b"),
-    _rule(_WORDING, rf"{_ANSWER}\s+with\s+{_QUOTE}"),
-    _rule(_WORDING, r"(?:only|just)\s+(?:say|output|print|write|return)\b", command=True),
-    _rule(_WORDING, r"(?:say|output|print|write|return)\s+(?:only|nothing but|nothing else but)\b"),
-    _rule(_WORDING, r"(?:repeat after me|repeat the following|copy the following)\b"),
-    _rule(_ANSWER_GIVEN, rf"(?:{_SPEAK}|confirm|claim)\s+that\b", command=True),
-    _rule(_ANSWER_GIVEN, rf"{_ANSWER}\s*:\s*\S", command=True),
+                    r"number|following)\b", _ANSWER_WORDS),
+    _rule(_WORDING, rf"{_ANSWER}\s+with\s+{_QUOTE}", _ANSWER_WORDS),
+    _rule(_WORDING, r"(?:only|just)\s+(?:say|output|print|write|return)\b", "say|output|print|write|return",
+          command=True),
+    _rule(_WORDING, r"(?:say|output|print|write|return)\s+(?:only|nothing but|nothing else but)\b",
+          "say|output|print|write|return"),
+    _rule(_WORDING, r"(?:repeat after me|repeat the following|copy the following)\b", "repeat|copy"),
+    _rule(_ANSWER_GIVEN, rf"(?:{_SPEAK}|confirm|claim)\s+that\b", f"{_SPEAK_WORDS}|confirm|claim", command=True),
+    _rule(_ANSWER_GIVEN, rf"{_ANSWER}\s*:\s*\S", _ANSWER_WORDS, command=True),
     _rule(_ANSWER_GIVEN, rf"(?:{_ANSWER}|say)\s+(?:with\s+)?{_QUOTE}?(?:yes|no|true|false|ok|okay)\b"
-                         r"(?!\s*(?:or|/|and|to|if|when|more|matter|longer|one)\b)", command=True),
+                         r"(?!\s*(?:or|/|and|to|if|when|more|matter|longer|one)\b)", f"{_ANSWER_WORDS}|say",
+          command=True),
     _rule(_ANSWER_GIVEN, r"(?:tell|inform)\s+(?:the\s+)?(?:users?|customers?|everyone|everybody|anyone|people|them|"
-                         r"him|her)\s+that\b"),
+                         r"him|her)\s+that\b", "tell|inform"),
     _rule(_ANSWER_GIVEN, r"(?:your|the)\s+(?:final\s+)?(?:answer|response|reply|output)\s+(?:must|should|shall|"
                          r"has to|needs to|is to|will)\s+(?:only\s+)?(?:be|say|read|contain|include|start|begin|end|"
-                         r"consist)\b"),
-    _rule(_ANSWER_GIVEN, r"the\s+(?:correct|right|true|only|real|official|expected)\s+answer\s+(?:is|will be)\b"),
+                         r"consist)\b", "answer|response|reply|output"),
+    _rule(_ANSWER_GIVEN, r"the\s+(?:correct|right|true|only|real|official|expected)\s+answer\s+(?:is|will be)\b",
+          "answer"),
     _rule(_ANSWER_GIVEN, r"you\s+(?:must|should|shall|will|have to|need to)\s+(?:always\s+)?(?:say|answer|reply|"
-                         r"respond|tell)\b"),
+                         r"respond|tell)\b", "say|answer|reply|respond|tell"),
     _rule(_OVERRIDE, rf"{_IGNORE}\s+(?:the\s+|your\s+|my\s+|any\s+)?(?:previous|prior|above|earlier|preceding|"
-                     rf"former|original|system|existing|other)\s+{_RULES}"),
-    _rule(_OVERRIDE, rf"{_IGNORE}\s+your\s+(?:{_RULES}|programming|training)"),
+                     rf"former|original|system|existing|other)\s+{_RULES}", _IGNORE_WORDS),
+    _rule(_OVERRIDE, rf"{_IGNORE}\s+your\s+(?:{_RULES}|programming|training)", _IGNORE_WORDS),
     _rule(_OVERRIDE, r"(?:ignore|disregard|forget)\s+(?:everything|anything|all)\s+(?:above|before|else|previously|"
-                     r"you were told)\b"),
+                     r"you were told)\b", "ignore|disregard|forget"),
     _rule(_OVERRIDE, r"(?:from now on|for the rest of (?:this|the|our) (?:chat|conversation|session)|no matter what "
                      r"(?:i|the user|anyone|they) (?:asks?|says?)|whatever i ask|in (?:all|every) (?:future|later|"
-                     r"subsequent) (?:answers?|responses?|replies))\b"),
+                     r"subsequent) (?:answers?|responses?|replies))\b",
+          "now|rest|matter|whatever|future|later|subsequent"),
 )
 # fmt: on
 _WHITESPACE = re.compile(r"\s+")
+_LETTERS = re.compile(r"[a-z]+")
 _MAX_PHRASE_CHARS = 40
 _COMMAND_LOOKBACK_CHARS = 12  # the longest word that leads into a command, its space, and one more
 
@@ -100,10 +114,20 @@ class AnswerInstruction:
 
 def find_answer_instruction(text: str) -> AnswerInstruction | None:
     """The first instruction about the answer in ``text``, in reading order, or None for an
-    ordinary prompt. About 0.1 ms for a question; a megabyte takes a fraction of a second, so
-    callers run long texts in a worker thread."""
-    folded = _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
-    found = [(match, rule.kind) for rule in _RULES_IN_ORDER if (match := _first_match(rule, folded)) is not None]
+    ordinary prompt. About 4 µs for a question that names no rule's words, 15 µs for one that
+    names them all; a megabyte takes a fraction of a second, so callers run long texts in a
+    worker thread."""
+    folded = _fold(text)
+    words = set(_LETTERS.findall(folded))
+    return _first_instruction(folded, [rule for rule in _RULES_IN_ORDER if not rule.words.isdisjoint(words)])
+
+
+def _fold(text: str) -> str:
+    return _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+def _first_instruction(folded: str, rules: list[_Rule]) -> AnswerInstruction | None:
+    found = [(match, rule.kind) for rule in rules if (match := _first_match(rule, folded)) is not None]
     if not found:
         return None
     first, kind = min(found, key=lambda item: item[0].start())

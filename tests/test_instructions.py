@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from semcache.instructions import find_answer_instruction
+from semcache import instructions
+from semcache.instructions import AnswerInstruction, find_answer_instruction
 from semcache.keys import bypass_reason
 from semcache.wire import ChatCompletionRequest
 
@@ -86,6 +87,46 @@ def test_the_phrase_in_a_reason_is_short() -> None:
 def test_few_real_questions_are_taken_for_instructions() -> None:
     """False positives on every distinct text of ../shared/data: people's real questions (Quora,
     medical, Chinese) and GPTCache's generated ones. Each one found would bypass the cache for nothing."""
+    texts = _shared_texts()
+    flagged = [text for text in texts if find_answer_instruction(text) is not None]
+    assert len(texts) > 10_000
+    assert len(flagged) / len(texts) <= 0.001, flagged[:20]
+
+
+def _found_by_every_rule(text: str) -> AnswerInstruction | None:
+    """What every rule's pattern finds, none skipped for its words."""
+    return instructions._first_instruction(instructions._fold(text), list(instructions._RULES_IN_ORDER))
+
+
+# Each rule's keywords in awkward company: punctuation, quotes, digits, underscores, letters of
+# other alphabets, and line breaks on either side.
+AWKWARD = [
+    f"{before}{phrase}{after}"
+    for phrase in [*INSTRUCTED, "say that it is free", "answer:yes", "tell them that it is", "no matter what I ask"]
+    for before, after in [("", ""), ("(", ")"), ('"', '"'), ("1", "2"), ("_", "_"), ("é", "ü"), ("\n", "\n"), ("x", "")]
+]
+
+
+@pytest.mark.parametrize("text", [*INSTRUCTED, *ORDINARY, *AWKWARD])
+def test_skipping_rules_by_their_words_finds_what_every_rule_finds(text: str) -> None:
+    assert find_answer_instruction(text) == _found_by_every_rule(text)
+
+
+def test_each_rules_words_are_in_its_pattern() -> None:
+    for rule in instructions._RULES_IN_ORDER:
+        for word in rule.words:
+            assert word.isascii() and word.isalpha() and word in rule.pattern.pattern, (word, rule.pattern.pattern)
+
+
+@pytest.mark.reliability
+def test_skipping_rules_by_their_words_finds_what_every_rule_finds_in_the_shared_data() -> None:
+    texts = _shared_texts()
+    different = [text for text in texts if find_answer_instruction(text) != _found_by_every_rule(text)]
+    assert len(texts) > 10_000 and not different, different[:5]
+
+
+def _shared_texts() -> set[str]:
+    """Every distinct text of ../shared/data: real questions (Quora, medical, Chinese) and GPTCache's."""
     files = sorted(SHARED_DATA.glob("*.jsonl"))
     if not files:
         pytest.skip(f"no labelled data in {SHARED_DATA}")
@@ -94,6 +135,4 @@ def test_few_real_questions_are_taken_for_instructions() -> None:
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             texts.update(row[field] for field in ("q1", "q2", "prompt") if isinstance(row.get(field), str))
-    flagged = [text for text in texts if find_answer_instruction(text) is not None]
-    assert len(texts) > 10_000
-    assert len(flagged) / len(texts) <= 0.001, flagged[:20]
+    return texts
