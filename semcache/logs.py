@@ -17,9 +17,9 @@ import json
 import logging
 import os
 import re
+import secrets
 import sys
 import time
-import uuid
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from typing import Any, Literal, TextIO
@@ -84,7 +84,7 @@ def accept_request_id(client_value: str | None) -> str:
     """The client's ``X-Request-Id`` when it is sane (1-128 plain characters), else a fresh one."""
     if client_value is not None and _SANE_REQUEST_ID.fullmatch(client_value):
         return client_value
-    return uuid.uuid4().hex
+    return secrets.token_hex(16)  # 32 hex digits, as a uuid4 hex (which cost 4x as much)
 
 
 class Redactor:

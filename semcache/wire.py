@@ -6,8 +6,8 @@ module does not know about pass through to the upstream untouched.
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -117,7 +117,7 @@ def _nested_deeper_than(value: Any, max_depth: int) -> bool:
 
 
 def completion_id() -> str:
-    return f"chatcmpl-sc{uuid.uuid4().hex[:24]}"
+    return f"chatcmpl-sc{secrets.token_hex(12)}"  # 96 random bits, as 24 hex digits
 
 
 def chat_completion(
