@@ -1,15 +1,14 @@
 """Closed-loop HTTP load on an OpenAI-compatible endpoint: N async clients, each sending its next
 request as soon as its last one is answered, so N requests are really in flight at once.
 
-Each simulated client has an ``aiohttp.ClientSession`` (and so a connection) of its own. One shared
-pool serving 64 concurrent requests cost this process a whole core and capped it at 160 requests/s
-against the stand-in with no delay, where 64 separate clients reached 1,370/s: the load generator,
-not the server, would have set the pace.
-
-aiohttp, not httpx: on 2026-11-30, one exact hit through HTTP took 1.54-1.80 ms at the median with an
-``httpx.AsyncClient`` and 0.64-0.81 ms with aiohttp (0.51-0.71 ms with a bare asyncio socket), on
-the same server in one run. The client's own cost is counted in every latency here, and it shares
-the machine's cores with the server, so a lighter client measures the server, not itself.
+Each simulated client is an ``HttpClient``: one kept-alive HTTP/1.1 connection per server, one
+request at a time, a few dozen lines over asyncio streams. The client's own cost is counted in every
+latency here, and it shares the machine's cores with the server, so the lighter the client, the more
+a latency measures the server. On 2026-11-30, one exact hit took 1.54-1.80 ms at the median with an
+``httpx.AsyncClient`` and 0.64-0.81 ms with aiohttp, on the same server in one run; on 2026-12-01 a
+trivial ASGI app answered in 0.230 ms through aiohttp and in 0.121 ms through a bare socket. One
+shared pool serving 64 concurrent requests once capped this process at 160 requests/s, where 64
+separate clients reached 1,370/s: the load generator, not the server, would have set the pace.
 
 Used by ``python -m benchmarks run`` for semcache, for the stand-in upstream called directly and
 for LiteLLM's proxy. A request counts towards a phase's latency and throughput only when its
@@ -21,17 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import random
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import aiohttp
+from urllib.parse import urlsplit
 
 from .latency import PARAPHRASES, QUESTIONS, SUBJECTS, percentiles
 from .miss_overhead import WORDS
@@ -48,6 +47,74 @@ class Reply:
 
 
 OutcomeOf = Callable[[Reply], str]
+
+
+class HttpError(Exception):
+    """The connection failed, closed early, or sent something that is not an HTTP/1.1 answer."""
+
+
+class HttpClient:
+    """One simulated client: a kept-alive HTTP/1.1 connection to each server it posts to, and one
+    request at a time on it. Answers are read whole, by Content-Length or chunked; a connection the
+    server closed while idle is opened again and the request sent once more, and a connection that
+    failed otherwise is opened again for the next request."""
+
+    def __init__(self, headers: dict[str, str] | None = None, timeout_s: float = 120.0) -> None:
+        self._headers = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+        self._timeout_s = timeout_s
+        self._connections: dict[tuple[str, int], tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+
+    async def post_json(self, url: str, body: Any) -> Reply:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        payload = json.dumps(body).encode()
+        head = (
+            f"POST {parts.path or '/'} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(payload)}\r\n{self._headers}\r\n"
+        ).encode()
+        server = (host, port)
+        reused = server in self._connections
+        try:
+            return await asyncio.wait_for(self._exchange(server, head + payload), self._timeout_s)
+        except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+            self._forget(server)
+            if reused and isinstance(exc, asyncio.IncompleteReadError) and not exc.partial:
+                return await self.post_json(url, body)  # the server had closed the idle connection
+            raise HttpError(str(exc) or type(exc).__name__) from exc
+        except BaseException:  # a timeout or a cancellation mid-answer: the connection is out of step
+            self._forget(server)
+            raise
+
+    async def _exchange(self, server: tuple[str, int], request: bytes) -> Reply:
+        if server not in self._connections:
+            self._connections[server] = await asyncio.open_connection(*server)
+        reader, writer = self._connections[server]
+        writer.write(request)
+        status_line, *lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            if name:
+                headers[name.strip().lower()] = value.strip()
+        status = int(status_line.split(" ", 2)[1])
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                await reader.readexactly(size + 2)
+            await reader.readuntil(b"\r\n")  # the end of the (empty) trailer
+        else:
+            await reader.readexactly(int(headers.get("content-length", "0")))
+        if headers.get("connection", "").lower() == "close":
+            self._forget(server)
+        return Reply(status, headers)
+
+    def _forget(self, server: tuple[str, int]) -> None:
+        connection = self._connections.pop(server, None)
+        if connection is not None:
+            connection[1].close()
+
+    async def close(self) -> None:
+        for server in list(self._connections):
+            self._forget(server)
 
 
 def semcache_outcome(response: Reply) -> str:
@@ -117,7 +184,7 @@ class PhaseResult:
 
 
 async def run_phase(
-    clients: list[aiohttp.ClientSession],
+    clients: list[HttpClient],
     url: str,
     prompts: list[str],
     *,
@@ -131,7 +198,7 @@ async def run_phase(
     order: Iterator[str] = itertools.islice(itertools.cycle(prompts), requests)
     result = PhaseResult()
 
-    async def one_client(client: aiohttp.ClientSession) -> None:
+    async def one_client(client: HttpClient) -> None:
         for prompt in order:  # the clients share one iterator: each takes the next prompt
             elapsed, outcome = await timed_request(client, url, prompt, outcome_of)
             result.outcomes[outcome] += 1
@@ -160,24 +227,18 @@ def process_cpu_s(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime
 
 
-async def timed_request(
-    client: aiohttp.ClientSession, url: str, prompt: str, outcome_of: OutcomeOf
-) -> tuple[float, str]:
+async def timed_request(client: HttpClient, url: str, prompt: str, outcome_of: OutcomeOf) -> tuple[float, str]:
     """(milliseconds until the whole answer was read, outcome)."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}]}
     started = time.perf_counter()
     try:
-        async with client.post(url, json=body) as response:
-            await response.read()
-            reply = Reply(response.status, {name.lower(): value for name, value in response.headers.items()})
-    except (aiohttp.ClientError, TimeoutError):
+        reply = await client.post_json(url, body)
+    except (HttpError, TimeoutError):
         return (time.perf_counter() - started) * 1000, "error"
     return (time.perf_counter() - started) * 1000, outcome_of(reply)
 
 
-async def fill(
-    clients: list[aiohttp.ClientSession], url: str, prompts: list[str], outcome_of: OutcomeOf
-) -> Counter[str]:
+async def fill(clients: list[HttpClient], url: str, prompts: list[str], outcome_of: OutcomeOf) -> Counter[str]:
     """Ask every prompt once, from every client at once, so that the cache holds them; returns the outcomes."""
     result = await run_phase(clients, url, prompts, requests=len(prompts), expect="", outcome_of=outcome_of)
     return result.outcomes
@@ -186,13 +247,11 @@ async def fill(
 @asynccontextmanager
 async def client_pool(
     count: int, headers: dict[str, str] | None = None, timeout_s: float = 120.0
-) -> AsyncIterator[list[aiohttp.ClientSession]]:
+) -> AsyncIterator[list[HttpClient]]:
     """``count`` simulated clients, each with its own kept-alive connections."""
-    async with AsyncExitStack() as stack:
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        make = lambda: aiohttp.ClientSession(  # noqa: E731
-            connector=aiohttp.TCPConnector(limit=2),
-            timeout=timeout,
-            headers=headers,  # cache and stand-in
-        )
-        yield [await stack.enter_async_context(make()) for _ in range(count)]
+    clients = [HttpClient(headers, timeout_s) for _ in range(count)]
+    try:
+        yield clients
+    finally:
+        for client in clients:
+            await client.close()

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import httpx
 from rich.progress import Progress
 
@@ -35,6 +34,7 @@ from . import report
 from ._common import standin_process
 from .gptcache_speed import measure as measure_gptcache
 from .http_load import (
+    HttpClient,
     OutcomeOf,
     PhaseResult,
     Workload,
@@ -371,7 +371,7 @@ PAIRED_CHUNKS = 6
 
 
 async def _paired_with_floor(
-    pool: list[aiohttp.ClientSession], chat: str, prompts: list[str], requests: int, pid: int, probe: FloorProbe
+    pool: list[HttpClient], chat: str, prompts: list[str], requests: int, pid: int, probe: FloorProbe
 ) -> tuple[PhaseResult, dict[str, Any]]:
     """The semantic-hit phase in ``PAIRED_CHUNKS`` chunks, each followed by as many one-prompt
     embeddings in the floor's process (never at the same time: they would share the cores)."""
@@ -391,7 +391,7 @@ async def _paired_with_floor(
                     "chunks": PAIRED_CHUNKS}  # fmt: skip
 
 
-async def _warm_up(pool: list[aiohttp.ClientSession], chat: str, workload: Workload) -> None:
+async def _warm_up(pool: list[HttpClient], chat: str, workload: Workload) -> None:
     """Connect every client, and run both lookup paths once, before anything is timed."""
     for prompts in (workload.stored, workload.paraphrases):
         await run_phase(pool, chat, prompts, requests=max(len(pool), 5), expect="", outcome_of=semcache_outcome)
