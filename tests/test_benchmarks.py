@@ -145,3 +145,38 @@ def test_embedders_benchmark_compares_backends_with_torch(embedding_exports: Pat
     assert 0.95 < backends["onnx-int8"]["cosine_vs_torch_min"] < 1.0
     assert backends["onnx-int8"]["embedder_name"] == "all-MiniLM-L6-v2+int8"
     assert backends["onnx-int8"]["speedup_vs_torch"]["batch8"] > 0
+
+
+def test_the_load_generators_client_reads_every_framing_and_outlives_a_closed_connection() -> None:
+    """``HttpClient`` against a real server: a Content-Length answer, a chunked one, an answer that
+    closes its connection, and a kept-alive connection the server closed while it was idle."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    from benchmarks.http_load import HttpClient
+    from semcache.testing.servers import ThreadedUvicorn
+
+    async def answer(request: Request) -> Response:
+        kind = (await request.json())["kind"]
+        if kind == "chunked":
+            return StreamingResponse(iter([b'{"a":', b" 1}"]), headers={"x-kind": kind})
+        return JSONResponse({"a": 1}, headers={"x-kind": kind, **({"connection": "close"} if kind == "close" else {})})
+
+    server = ThreadedUvicorn(Starlette(routes=[Route("/", answer, methods=["POST"])]))
+    server.server.config.timeout_keep_alive = 1  # closes an idle connection after a second
+
+    async def exchange(url: str) -> list[tuple[int, str]]:
+        client = HttpClient(headers={"authorization": "Bearer x"})
+        replies = [await client.post_json(url, {"kind": kind}) for kind in ("length", "chunked", "close", "length")]
+        await asyncio.sleep(1.5)  # the server closes the kept-alive connection meanwhile
+        replies.append(await client.post_json(url, {"kind": "after idle"}))
+        await client.close()
+        return [(reply.status, reply.headers["x-kind"]) for reply in replies]
+
+    with server:
+        replies = asyncio.run(exchange(f"{server.url}/"))
+    assert replies == [(200, "length"), (200, "chunked"), (200, "close"), (200, "length"), (200, "after idle")]
