@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from semcache.entries import CacheEntry, EntryQuery, RemovedEntry
+from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback, RemovedEntry
 from semcache.stores import SQLiteStore
-from semcache.stores.sqlite import MIGRATIONS
+from semcache.stores.sqlite import MIGRATIONS, PointReads
 
 
 def entry(
@@ -246,3 +246,76 @@ async def test_a_closed_store_says_so(tmp_path: Path) -> None:
     closed = SQLiteStore(tmp_path / "entries.sqlite3")
     with pytest.raises(RuntimeError, match="not open"):
         closed.db  # noqa: B018
+
+
+# -- point reads kept in memory ------------------------------------------------------------------
+
+
+async def test_every_write_is_seen_by_the_next_point_read(store: SQLiteStore) -> None:
+    """Point reads are kept until a write ends (``PointReads``): each kind of write, made after
+    the entry was read (and so kept), must show in the next read by id and by exact key."""
+    vector = np.ones(4, dtype=np.float32)
+
+    async def read(entry_id: int, exact_key: str) -> tuple[CacheEntry | None, CacheEntry | None]:
+        return await store.get(entry_id), await store.get_by_exact_key(exact_key)
+
+    first, _ = await store.put(entry("k1", answer="old", vector=vector))
+    await read(first, "k1")
+    second, _ = await store.put(entry("k1", answer="new", vector=vector))  # replaced
+    assert await store.get(first) is None
+    by_key = await store.get_by_exact_key("k1")
+    assert by_key is not None and (by_key.id, by_key.answer) == (second, "new")
+
+    [(third, _)] = await store.put_many([entry("k1", answer="newer")])
+    by_id, by_key = await read(third, "k1")
+    assert by_id is not None and by_key is not None and by_key.answer == "newer"
+    assert await store.get(second) is None
+
+    await store.touch({third: 5000.0})
+    by_id, _ = await read(third, "k1")
+    assert by_id is not None and (by_id.last_access, by_id.hits) == (5000.0, 1)
+
+    await store.set_vectors([third], np.full((1, 4), 2.0, dtype=np.float32))
+    by_id, _ = await read(third, "k1")
+    assert by_id is not None and by_id.vector is not None and by_id.vector.tolist() == [2.0] * 4
+
+    await store.add_negative_feedback(NegativeFeedback(third, "some-query", None, 0.91), raise_min_similarity_to=0.95)
+    by_id, by_key = await read(third, "k1")
+    assert by_id is not None and by_key is not None and by_id.min_similarity == by_key.min_similarity == 0.95
+
+    await store.delete([third])
+    assert await read(third, "k1") == (None, None)
+
+    expiring, _ = await store.put(entry("k2", expires_at=100.0))
+    await read(expiring, "k2")
+    await store.delete_expired(now=200.0)
+    assert await read(expiring, "k2") == (None, None)
+
+    evicted, _ = await store.put(entry("k3"))
+    await read(evicted, "k3")
+    await store.evict_least_recently_used(keep=0)
+    assert await read(evicted, "k3") == (None, None)
+
+    assert await store.get_by_exact_key("k4") is None  # kept as missing, until a write adds it
+    added, _ = await store.put(entry("k4"))
+    got = await store.get_by_exact_key("k4")
+    assert got is not None and got.id == added
+
+
+async def test_point_reads_come_from_memory_until_a_write_ends(store: SQLiteStore) -> None:
+    entry_id, _ = await store.put(entry("k1"))
+    first = await store.get(entry_id)
+    assert await store.get(entry_id) is first  # kept: no query
+    await store.set_meta("any", "write")
+    assert await store.get(entry_id) is not first  # read again after a write
+
+
+def test_a_read_that_raced_a_write_is_not_kept() -> None:
+    reads = PointReads(capacity=2)
+    before = reads.generation
+    reads.clear()  # a write ended while the read was on its way
+    reads.keep("id", 1, None, before)
+    assert reads.get("id", 1) == (False, None)
+    for n in range(3):
+        reads.keep("id", n, None, reads.generation)
+    assert [reads.get("id", n)[0] for n in range(3)] == [False, True, True]  # the oldest made room
