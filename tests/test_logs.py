@@ -71,6 +71,16 @@ def test_redactor(text: str, expected: str) -> None:
     assert Redactor(["configured-secret-1", "ab"])(text) == expected
 
 
+def test_short_texts_are_redacted_the_same_every_time_they_come_back() -> None:
+    """The redactor remembers what it made of short texts: the second answer is the first, also
+    once more texts came than it keeps."""
+    redact = Redactor(["configured-secret-1"])
+    texts = [f"key=sk-abc-{n} for configured-secret-1" for n in range(1500)] + ["POST /v1/chat/completions"]
+    first = [redact(text) for text in texts]
+    assert first == [redact(text) for text in texts]
+    assert first[0] == f"key={REDACTED} for {REDACTED}" and first[-1] == "POST /v1/chat/completions"
+
+
 def test_a_one_letter_secret_is_not_blanked_everywhere() -> None:
     assert Redactor(["a"])("a cat") == "a cat"
 
