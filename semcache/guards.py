@@ -84,7 +84,10 @@ class _Text:
 def _numbers(text: _Text) -> set[str]:
     found = set(chinese.numbers(text.raw)) if chinese.has_han(text.raw) else set()
     for token in text.tokens:
-        if any(ch.isdigit() for ch in token) and not any(ch.isalpha() for ch in token):
+        if token.isalpha():  # most tokens: a word, which holds no digit (no letter is a digit)
+            if token in _NUMBER_WORDS:
+                found.add(_NUMBER_WORDS[token])
+        elif any(ch.isdigit() for ch in token) and not any(ch.isalpha() for ch in token):
             found.add(token.replace(",", "").rstrip("."))
         elif token in _NUMBER_WORDS:
             found.add(_NUMBER_WORDS[token])
@@ -99,8 +102,8 @@ def numbers(query: _Text, cached: _Text) -> GuardResult:
 
 
 def negation(query: _Text, cached: _Text) -> GuardResult:
-    left = sum(t in _NEGATIONS for t in query.tokens) % 2
-    right = sum(t in _NEGATIONS for t in cached.tokens) % 2
+    left = sum(map(_NEGATIONS.__contains__, query.tokens)) % 2
+    right = sum(map(_NEGATIONS.__contains__, cached.tokens)) % 2
     return GuardResult("negation", left == right, "" if left == right else "negated on one side only")
 
 
