@@ -259,6 +259,19 @@ def test_english_scopes_and_exact_keys_are_unchanged() -> None:
     assert key.exact == "ad018671ab7a52234368108b7b7f0c045349a5adde66b382117435cade52b254"
 
 
+def test_keys_of_a_system_prompt_a_parameter_and_a_user_are_unchanged() -> None:
+    """Digests of a request with every part a key reads, as every release so far computed them."""
+    messages = [
+        {"role": "system", "content": "Be brief. Ünïcode ✓"},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
+    request = ChatCompletionRequest.model_validate({"model": "gpt-4o-mini", "temperature": 0.2, "messages": messages})
+    key = request_key(request, "team-a", user="u1")
+    assert key.scope == "bac9202581385a7e009f06fb11a46e4b4afd1cb8eaed9dc3e05f6d11e66479ba"
+    assert key.exact == "9a20febd6cd5112638e4d74caaff845534e3b5c7cdcf1362fc70892177241417"
+    assert key.system_prompt_hash == "735815b5ae47410785be3f397e797e2bc3f565e0d79b68dc41ae5f426a6e7a4e"
+
+
 def test_a_non_latin_script_has_scopes_of_its_own() -> None:
     chinese = request_key(chat("法国的首都是哪里？"), "default")
     assert chinese.language == "han"
