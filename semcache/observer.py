@@ -8,8 +8,6 @@ cheap and must never raise: it runs on the request path.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Literal, Protocol
 
 from .stats import Outcome
@@ -53,11 +51,20 @@ class NullObserver:
         pass
 
 
-@contextmanager
-def timed(observer: Observer, stage: Stage) -> Iterator[None]:
-    """Time the block, failures included: a slow failure is as slow as a slow success."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        observer.stage(stage, time.perf_counter() - started)
+class timed:  # lower case: it reads as a function, `with timed(observer, "index_search"):`
+    """Time the block, failures included: a slow failure is as slow as a slow success.
+
+    A class, not a ``contextmanager`` generator: four blocks a semantic hit, at a third of the cost."""
+
+    __slots__ = ("_observer", "_stage", "_started")
+
+    def __init__(self, observer: Observer, stage: Stage) -> None:
+        self._observer = observer
+        self._stage: Stage = stage
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        self._started = time.perf_counter()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._observer.stage(self._stage, time.perf_counter() - self._started)

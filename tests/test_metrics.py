@@ -346,3 +346,22 @@ def test_before_loading_only_readiness_and_upkeep_are_reported() -> None:
 def test_the_metrics_endpoint_is_in_the_openapi_description(traffic: Traffic) -> None:
     operation = httpx.get(f"{traffic.url}/openapi.json").json()["paths"]["/metrics"]["get"]
     assert "Prometheus" in operation["summary"] and "text/plain" in operation["responses"]["200"]["content"]
+
+
+def test_a_timed_block_is_recorded_when_it_fails_too() -> None:
+    from semcache.observer import NullObserver, timed
+
+    class Recorder(NullObserver):
+        def __init__(self) -> None:
+            self.stages: list[str] = []
+
+        def stage(self, stage: str, seconds: float) -> None:  # type: ignore[override]
+            assert seconds >= 0
+            self.stages.append(stage)
+
+    recorder = Recorder()
+    with timed(recorder, "store_read"):
+        pass
+    with pytest.raises(RuntimeError), timed(recorder, "store_write"):
+        raise RuntimeError("a failing write is timed, and its error goes on")
+    assert recorder.stages == ["store_read", "store_write"]
