@@ -37,6 +37,9 @@ _MAX_TOMBSTONE_OVERFETCH = 64
 REBUILD_CHUNK = 20_000
 
 
+_NO_TOMBSTONES: frozenset[int] = frozenset()
+
+
 @dataclass
 class _Partition:
     index: faiss.IndexIDMap2
@@ -113,15 +116,15 @@ class ScopedVectorIndex:
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         with self._lock:
             partition = self._partitions.get(scope)
-            if partition is None or partition.index.ntotal == 0:
+            total = 0 if partition is None else int(partition.index.ntotal)
+            if partition is None or total == 0:
                 return []
             fetch = k + min(len(partition.tombstones), _MAX_TOMBSTONE_OVERFETCH)
-            similarities, ids = _search_one_thread(partition.index, query, min(fetch, int(partition.index.ntotal)))
-            tombstones = set(partition.tombstones)
-        found = [
-            (int(i), float(s)) for i, s in zip(ids[0], similarities[0], strict=True) if i >= 0 and i not in tombstones
-        ]
-        return found[:k]
+            similarities, ids = _search_one_thread(partition.index, query, min(fetch, total))
+            tombstones = set(partition.tombstones) if partition.tombstones else _NO_TOMBSTONES
+        # As Python numbers at once (tolist), not one numpy scalar at a time.
+        found = [(i, s) for i, s in zip(ids[0].tolist(), similarities[0].tolist(), strict=True) if i >= 0]
+        return [(i, s) for i, s in found if i not in tombstones][:k]
 
     def __len__(self) -> int:
         with self._lock:
