@@ -113,18 +113,24 @@ class ScopedVectorIndex:
 
     def search(self, scope: str, vector: np.ndarray, k: int = 4) -> list[tuple[int, float]]:
         """The ``k`` nearest live entries of ``scope``, as (id, cosine), best first."""
-        query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
+        return self.search_many(scope, np.asarray(vector).reshape(1, -1), k)[0]
+
+    def search_many(self, scope: str, vectors: np.ndarray, k: int = 4) -> list[list[tuple[int, float]]]:
+        """``search`` for each row of ``vectors`` (n, d), in one FAISS call."""
+        queries = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dimension)
         with self._lock:
             partition = self._partitions.get(scope)
             total = 0 if partition is None else int(partition.index.ntotal)
             if partition is None or total == 0:
-                return []
+                return [[] for _ in range(len(queries))]
             fetch = k + min(len(partition.tombstones), _MAX_TOMBSTONE_OVERFETCH)
-            similarities, ids = _search_one_thread(partition.index, query, min(fetch, total))
+            similarities, ids = _search_one_thread(partition.index, queries, min(fetch, total))
             tombstones = set(partition.tombstones) if partition.tombstones else _NO_TOMBSTONES
         # As Python numbers at once (tolist), not one numpy scalar at a time.
-        found = [(i, s) for i, s in zip(ids[0].tolist(), similarities[0].tolist(), strict=True) if i >= 0]
-        return [(i, s) for i, s in found if i not in tombstones][:k]
+        return [
+            [(i, s) for i, s in zip(row_ids, row_similarities, strict=True) if i >= 0 and i not in tombstones][:k]
+            for row_ids, row_similarities in zip(ids.tolist(), similarities.tolist(), strict=True)
+        ]
 
     def __len__(self) -> int:
         with self._lock:

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import guards as guard_checks
 from .coalescing import Flight, InFlight
-from .embedders import BatchingEmbedder
+from .embedders import BatchingEmbedder, FollowUp
 from .entries import CacheEntry, NegativeFeedback
 from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamUnavailable
 from .feedback import ServedHit, ServedHits
@@ -191,7 +191,8 @@ class Pipeline:
             return hit
         candidates = None
         if lookup.vector is None:  # one trip to the embedding thread: the vector, and the index search
-            search = functools.partial(self.semantic.candidates, lookup.key)
+            scope = lookup.key.scope
+            search = FollowUp(("candidates", scope), functools.partial(self.semantic.candidates_many, scope))
             lookup.vector, candidates = await self.embedder.embed_then(
                 lookup.key.prompt, self.embedding_model(lookup.key), search
             )

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 import numpy as np
 import pytest
 
-from semcache.embedders import BatchingEmbedder
+from semcache.embedders import BatchingEmbedder, FollowUp
 from semcache.testing.fakes import HashingEmbedder
 
 TEXTS = [f"question number {i} about topic {i % 7}" for i in range(50)]
@@ -134,21 +134,48 @@ async def test_close_is_safe_before_and_after_use(model: HashingEmbedder) -> Non
 
 
 async def test_embed_then_runs_the_follow_up_in_the_embedding_thread(batcher: BatchingEmbedder) -> None:
-    def follow_up(vector: np.ndarray) -> tuple[str, float]:
-        return threading.current_thread().name, float(vector @ vector)
+    def follow_up(vectors: np.ndarray) -> list[tuple[str, float]]:
+        return [(threading.current_thread().name, float(vector @ vector)) for vector in vectors]
 
-    vector, (thread, norm) = await batcher.embed_then("hello", None, follow_up)
+    vector, (thread, norm) = await batcher.embed_then("hello", None, FollowUp("norms", follow_up))
     np.testing.assert_allclose(vector, direct(["hello"])[0])
     assert thread == "semcache-embed"  # the same trip off the loop as the embedding
     assert norm == pytest.approx(1.0, abs=1e-5)
 
 
-async def test_a_failing_follow_up_fails_only_its_own_caller(batcher: BatchingEmbedder) -> None:
-    def broken(vector: np.ndarray) -> None:
+async def test_a_batchs_follow_ups_of_one_group_share_one_call_and_each_caller_gets_its_row() -> None:
+    """One call per group and batch (a FAISS search releases the GIL, and each release cost the
+    embedding thread a wait under load): every caller still gets the result of its own vector."""
+    calls: list[tuple[str, int]] = []
+
+    def tagged(tag: str) -> FollowUp[tuple[str, np.ndarray]]:
+        def run(vectors: np.ndarray) -> list[tuple[str, np.ndarray]]:
+            calls.append((tag, len(vectors)))
+            return [(tag, vector) for vector in vectors]
+
+        return FollowUp(tag, run)
+
+    batcher = BatchingEmbedder(SlowModel())
+    try:
+        first = await busy_with_first(batcher)  # the others queue up behind it, and form one batch
+        texts = ["one", "two", "three", "four"]
+        results = await asyncio.gather(*(batcher.embed_then(t, None, tagged("ab"[n % 2])) for n, t in enumerate(texts)))
+        await first
+    finally:
+        await batcher.close()
+    assert sorted(calls) == [("a", 2), ("b", 2)]
+    for n, (text, (vector, (tag, followed))) in enumerate(zip(texts, results, strict=True)):
+        assert tag == "ab"[n % 2]
+        np.testing.assert_allclose(vector, direct([text])[0])
+        np.testing.assert_allclose(followed, vector)
+
+
+async def test_a_failing_follow_up_fails_only_the_callers_of_its_group(batcher: BatchingEmbedder) -> None:
+    def broken(vectors: np.ndarray) -> list[None]:
         raise ValueError("the search fell over")
 
     results = await asyncio.gather(
-        batcher.embed_then("one", None, broken), batcher.embed("two"), return_exceptions=True
+        batcher.embed_then("one", None, FollowUp("broken", broken)), batcher.embed("two"), return_exceptions=True
     )
     assert isinstance(results[0], ValueError)
     np.testing.assert_allclose(results[1], direct(["two"])[0])

