@@ -31,6 +31,8 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
+# How long a thread that wants the GIL waits before the holder must hand it over (semcache serve).
+_GIL_SWITCH_INTERVAL_S = 0.0001
 
 
 @app.command(epilog="Example: semcache serve --upstream http://127.0.0.1:8000/v1 --port 8080")
@@ -120,6 +122,10 @@ def serve(
         _fail(str(exc))
     # Only once the app is built: a refused start leaves the process's logging as it found it.
     configure_logging(settings.log_level, settings.log_format, secrets=_secrets(settings, access.keys))
+    # The embedding thread gives up the GIL in every call into the tokenizer, the model and FAISS,
+    # and a busy event loop keeps it for up to the switch interval before handing it back (5 ms by
+    # default). At 64 clients that idled the model: 561 semantic hits/s at 5 ms, 656/s at 0.1 ms.
+    sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
     # uvicorn's loggers go through the one redacting handler; its access log is replaced by ours.
     uvicorn.run(
         application,
