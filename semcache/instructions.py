@@ -24,10 +24,15 @@ _WORDING = "dictates the wording"
 _ANSWER_GIVEN = "dictates the answer"
 _OVERRIDE = "overrides instructions"
 
-_ANSWER = r"(?:answer|respond|reply)"
-_SPEAK = r"(?:answer|respond|reply|say|write|output|print|return|repeat|type|state)"
+# The keywords that open many rules, as "a|b|c": in their patterns, and in their ``_Rule.words``.
+_ANSWER_WORDS = "answer|respond|reply"
+_SPEAK_WORDS = "answer|respond|reply|say|write|output|print|return|repeat|type|state"
+_IGNORE_WORDS = "ignore|disregard|forget|override|bypass"
+
+_ANSWER = f"(?:{_ANSWER_WORDS})"
+_SPEAK = f"(?:{_SPEAK_WORDS})"
 _QUOTE = r"[\"'“”‘’«»`]"
-_IGNORE = r"(?:ignore|disregard|forget|override|bypass)(?:\s+all)?(?:\s+of)?"
+_IGNORE = rf"(?:{_IGNORE_WORDS})(?:\s+all)?(?:\s+of)?"
 _RULES = r"(?:instructions?|prompts?|rules|directions|directives|guidelines|context|constraints|messages)\b"
 # What comes right before a command: the start of the text or of a clause, or a word that leads
 # into one. Not "to": "Is it fair to say that ...?" is a question.
@@ -50,11 +55,6 @@ class _Rule:
 def _rule(kind: str, pattern: str, words: str, *, command: bool = False) -> _Rule:
     return _Rule(kind, re.compile(pattern), frozenset(words.split("|")), command)
 
-
-# What a rule's match must hold, as a whole word (``_Rule.words``).
-_ANSWER_WORDS = "answer|respond|reply"
-_SPEAK_WORDS = "answer|respond|reply|say|write|output|print|return|repeat|type|state"
-_IGNORE_WORDS = "ignore|disregard|forget|override|bypass"
 
 # Matched against NFKC-normalised, case-folded text with its whitespace collapsed.
 # fmt: off

@@ -118,9 +118,9 @@ class PointReads:
 
     A hit then costs a dictionary lookup instead of a query: in the server a point read took 25 to
     100 µs, against 7 µs in a tight loop, since SQLite's code and pages go cold between requests.
-    Every write empties it once it ends (``clear``), so no read ever sees what a write replaced. A
-    read that raced a write is not kept: ``keep`` takes the generation from before the read, and a
-    write in between has moved it on.
+    Every write empties it as it ends (``clear``, before the write's call returns), so a read that
+    starts after a write returned never sees what the write replaced. A read that raced a write is
+    not kept: ``keep`` takes the generation from before the read, and a write in between moved it on.
     """
 
     def __init__(self, capacity: int = 4096) -> None:
@@ -162,7 +162,7 @@ class SQLiteStore:
         # Point reads by key run on the event loop through a connection of their own: in WAL mode
         # they never wait for the writer, and at about 20 µs they cost a fifth of the hop to a thread.
         self._reader: sqlite3.Connection | None = None
-        self.point_reads = PointReads()
+        self._point_reads = PointReads()
 
     async def open(self) -> None:
         await self._call(self._open)
@@ -205,7 +205,7 @@ class SQLiteStore:
             with _transaction(self.db):
                 yield
         finally:
-            self.point_reads.clear()
+            self._point_reads.clear()
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -267,12 +267,12 @@ class SQLiteStore:
         return await self._point_read("exact_key", exact_key)
 
     async def _point_read(self, column: str, value: object) -> CacheEntry | None:
-        known, entry = self.point_reads.get(column, value)
+        known, entry = self._point_reads.get(column, value)
         if known:
             return entry
-        generation = self.point_reads.generation
+        generation = self._point_reads.generation
         entry = await self._read_one(column, value)
-        self.point_reads.keep(column, value, entry, generation)
+        self._point_reads.keep(column, value, entry, generation)
         return entry
 
     async def _read_one(self, column: str, value: object) -> CacheEntry | None:
