@@ -96,7 +96,7 @@ class Metrics:
         self._stages = {
             "index_search": Histogram(
                 "semcache_index_search_duration_seconds",
-                "One FAISS search of a request's scope.",
+                "One FAISS search of a scope: one request's, or those of one embedding batch with that scope.",
                 buckets=STEP_BUCKETS_S,
                 registry=registry,
             ),
