@@ -33,7 +33,11 @@ def configured_embedder(settings: Settings) -> Embedder:
     from semcache.embedders import load_embedder
 
     return load_embedder(
-        settings.embedding_model, settings.embed_threads, settings.embedding_backend, settings.embedding_export_dir
+        settings.embedding_model,
+        settings.embed_threads,
+        settings.embedding_backend,
+        settings.embedding_export_dir,
+        batch_tokens=settings.embed_batch_tokens,
     )
 
 
@@ -44,6 +48,7 @@ def describe(settings: Settings, embedder: Embedder) -> dict[str, Any]:
         "class": type(embedder).__name__,
         "threads": getattr(embedder, "threads", settings.embed_threads),
         "batch_size": settings.embed_batch_size,
+        "batch_tokens": getattr(embedder, "batch_tokens", None),
     }
 
 

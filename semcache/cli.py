@@ -336,7 +336,11 @@ def _eval_parts(settings: Settings) -> tuple[Any, Any, Any]:
             settings.multilingual_embedding_model,
             {},
             lambda name: load_embedder(
-                name, settings.embed_threads, settings.embedding_backend, settings.embedding_export_dir
+                name,
+                settings.embed_threads,
+                settings.embedding_backend,
+                settings.embedding_export_dir,
+                batch_tokens=settings.embed_batch_tokens,
             ),
         )
         embedder = CachedEmbedder(routed)

@@ -177,7 +177,13 @@ class Settings(BaseSettings):
         description="Per namespace, the model per script, overriding the two above: "
         "{'support-cn': {'latin': 'multilingual-e5-small'}}.",
     )
-    embed_batch_size: int = Field(64, ge=1, description="Most prompts embedded in one model call.")
+    embed_batch_size: int = Field(64, ge=1, description="Most prompts embedded in one batch.")
+    embed_batch_tokens: int = Field(
+        256,
+        ge=1,
+        description="ONNX backends: most tokens in one model call (texts times the longest, padding included); "
+        "a bigger batch runs as several calls, which is faster per text past a few hundred tokens.",
+    )
     embed_threads: int = Field(
         0, ge=0, description="torch or ONNX Runtime threads for embedding; 0 means all cores but one."
     )

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from semcache.cli import app
 from semcache.embedders import load_embedder
-from semcache.embedders.onnx import ModelFolder, OnnxEmbedder, exported_model
+from semcache.embedders.onnx import ModelFolder, OnnxEmbedder, _model_calls, exported_model
 from semcache.protocols import Embedder
 from semcache.server import create_app
 from semcache.settings import Settings
@@ -85,27 +85,55 @@ def test_onnx_int8_is_close_to_torch_and_named_apart(torch_fp32: Embedder, onnx_
     assert onnx_int8.name == f"{MODEL}+int8"  # different vectors: a store re-embeds instead of mixing them
 
 
+def embed_recording_calls(embedder: OnnxEmbedder, texts: list[str]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The vectors of one ``embed`` call, and the (texts, width) of each model call it made."""
+    calls: list[tuple[int, int]] = []
+    run = embedder._run
+
+    def recording_run(encodings: list[object]) -> np.ndarray:
+        calls.append((len(encodings), max(len(e.ids) for e in encodings)))  # type: ignore[attr-defined]
+        return run(encodings)  # type: ignore[arg-type]
+
+    embedder._run = recording_run  # type: ignore[method-assign]
+    try:
+        return embedder.embed(texts), calls
+    finally:
+        del embedder._run
+
+
 def test_a_long_text_in_a_batch_neither_changes_nor_slows_the_short_ones(onnx_fp32: OnnxEmbedder) -> None:
     """Texts of very different lengths run in separate groups, each padded to its own longest text:
     the vectors are those of one-by-one calls, and the run holds no row padded to the long text."""
     conversation = " ".join(["The user asked about sourdough starters, hydration and oven temperatures."] * 30)
     texts = [*PROMPTS, conversation, *PROMPTS]
-    widths: list[int] = []
-    run = onnx_fp32._run
-
-    def recording_run(encodings: list[object]) -> np.ndarray:
-        widths.append(max(len(e.ids) for e in encodings))  # type: ignore[attr-defined]
-        return run(encodings)  # type: ignore[arg-type]
-
-    onnx_fp32._run = recording_run  # type: ignore[method-assign]
-    try:
-        batched = onnx_fp32.embed(texts)
-    finally:
-        del onnx_fp32._run
+    batched, calls = embed_recording_calls(onnx_fp32, texts)
+    widths = [width for _, width in calls]
     one_by_one = np.vstack([onnx_fp32.embed([text]) for text in texts])
     assert cosines(batched, one_by_one).min() > 0.9999
     assert max(widths) == 256 and len(widths) >= 2  # the conversation, truncated to the model's limit, ran apart
     assert sorted(widths)[-2] < 64  # the short prompts were not padded to it
+
+
+def test_a_big_batch_runs_as_calls_of_at_most_batch_tokens(onnx_fp32: OnnxEmbedder) -> None:
+    """Past a few hundred tokens a call is slower per text: 64 questions run as several calls, none
+    over the budget (texts times the longest), with the vectors of one-by-one calls."""
+    texts = [f"{prompt} ({number})" for number in range(13) for prompt in PROMPTS][:64]
+    batched, calls = embed_recording_calls(onnx_fp32, texts)
+    assert onnx_fp32.batch_tokens == 256
+    assert sum(rows for rows, _ in calls) == 64 and len(calls) > 2
+    assert all(rows * width <= 256 for rows, width in calls)
+    one_by_one = np.vstack([onnx_fp32.embed([text]) for text in texts])
+    assert cosines(batched, one_by_one).min() > 0.9999
+
+
+def test_model_calls_keep_to_the_token_budget_and_take_a_long_text_alone() -> None:
+    lengths = [10, 12, 11, 300, 9, 10, 12, 40, 41]
+    calls = _model_calls(lengths, 40)
+    assert sorted(row for call in calls for row in call) == list(range(len(lengths)))  # every text, once
+    assert all(len(call) * max(lengths[row] for row in call) <= 40 for call in calls if len(call) > 1)
+    assert [3] in calls  # over the budget on its own: a call of one
+    assert [7] in calls and [8] in calls  # two 40-token texts do not fit one 40-token call
+    assert _model_calls([5] * 10, 10_000) == [list(range(10))]  # a big budget: one call
 
 
 def test_exports_are_made_once_and_reused(

@@ -199,6 +199,10 @@ def _quiet(loggers: list[logging.Logger]) -> Iterator[None]:
             log.removeFilter(only_errors)
 
 
+# Tokens in one model call (rows times the longest row); see _model_calls for the measurement.
+DEFAULT_BATCH_TOKENS = 256
+
+
 class OnnxEmbedder:
     """A mean-pooled sentence-transformers model run by ONNX Runtime on the CPU.
 
@@ -215,13 +219,17 @@ class OnnxEmbedder:
         quantized: bool,
         name: str | None = None,
         threads: int = 0,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
     ) -> None:
+        if batch_tokens < 1:
+            raise ValueError("batch_tokens must be at least 1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub at run time
         import onnxruntime
         from tokenizers import Tokenizer
 
         folder = ModelFolder.read(Path(model_path), name or Path(model_path).name)
         self.threads = threads or max(1, (os.cpu_count() or 2) - 1)
+        self.batch_tokens = batch_tokens
         self.name = f"{folder.name}+int8" if quantized else folder.name
         self.dimension = folder.hidden_size
         self.model_file = exported_model(folder, cache_dir, quantized=quantized)
@@ -240,7 +248,7 @@ class OnnxEmbedder:
             return self._run([self._tokenizer.encode(texts[0])])
         encodings = self._tokenizer.encode_batch(list(texts))
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for rows in _similar_lengths([len(e.ids) for e in encodings]):
+        for rows in _model_calls([len(e.ids) for e in encodings], self.batch_tokens):
             vectors[rows] = self._run([encodings[row] for row in rows])
         return vectors
 
@@ -253,6 +261,26 @@ class OnnxEmbedder:
             mask[row, : len(encoding.ids)] = 1
         (vectors,) = self._session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _model_calls(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """The rows of each model call: texts of similar lengths, at most ``batch_tokens`` tokens a call
+    (rows times the longest, padding included), and always at least one text.
+
+    Past a few hundred tokens a call gets slower per text, not faster, as its activations outgrow
+    the core's cache: on 2026-12-01 (2-core Xeon, int8), 12-token questions ran at 690/s in calls of
+    16-24 and 626/s in calls of 64; 40-token texts at 187/s in calls of 8 and 137/s in calls of 64.
+    """
+    calls: list[list[int]] = []
+    for group in _similar_lengths(lengths):  # ascending lengths: a call's last row is its longest
+        call: list[int] = []
+        for row in group:
+            if call and (len(call) + 1) * lengths[row] > batch_tokens:
+                calls.append(call)
+                call = []
+            call.append(row)
+        calls.append(call)
+    return calls
 
 
 def _similar_lengths(lengths: list[int]) -> list[list[int]]:

