@@ -30,15 +30,9 @@ from .http_load import Workload
 
 def configured_embedder(settings: Settings) -> Embedder:
     """The embedder ``semcache serve`` loads for English prompts with these settings (as server/app.py)."""
-    from semcache.embedders import load_embedder
+    from semcache.embedders import load_configured_embedder
 
-    return load_embedder(
-        settings.embedding_model,
-        settings.embed_threads,
-        settings.embedding_backend,
-        settings.embedding_export_dir,
-        batch_tokens=settings.embed_batch_tokens,
-    )
+    return load_configured_embedder(settings.embedding_model, settings)
 
 
 def describe(settings: Settings, embedder: Embedder) -> dict[str, Any]:

@@ -324,7 +324,7 @@ def _eval_overrides(threshold: float | None, guards: str | None, config: Path | 
 
 
 def _eval_parts(settings: Settings) -> tuple[Any, Any, Any]:
-    from .embedders import load_embedder, load_routed
+    from .embedders import load_configured_embedder, load_routed
     from .evaluation.embedding_cache import CachedEmbedder
     from .quality import default_policy
     from .verifiers import load_verifier
@@ -335,13 +335,7 @@ def _eval_parts(settings: Settings) -> tuple[Any, Any, Any]:
             settings.embedding_model,
             settings.multilingual_embedding_model,
             {},
-            lambda name: load_embedder(
-                name,
-                settings.embed_threads,
-                settings.embedding_backend,
-                settings.embedding_export_dir,
-                batch_tokens=settings.embed_batch_tokens,
-            ),
+            lambda name: load_configured_embedder(name, settings),
         )
         embedder = CachedEmbedder(routed)
         verifier = load_verifier(settings)

