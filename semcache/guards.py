@@ -9,8 +9,11 @@ miss. Each guard compares the incoming prompt with the cached prompt and is on o
 - ``order``: the same two names or words in swapped roles ("Kobe ... LeBron" vs "LeBron ... Kobe").
 - ``roles``: Chinese text whose two sides trade places around a verb of giving or moving
   ("男生送女生" vs "女生送男生", "银行卡转入支付宝" vs "支付宝转入银行卡").
+- ``literals``: code, command-line flags, identifiers and math must match exactly, case and
+  layout included ("ls -R" vs "ls -r", "6!" vs "6", "os.path" vs "os_path", indented code).
 
-``numbers`` also reads Chinese numerals in Chinese text ("十一月" is 11, "三百五十" is 350).
+``numbers`` also reads Chinese numerals in Chinese text ("十一月" is 11, "三百五十" is 350), and
+superscripts as exponents ("2³" is 2 and 3, never 23).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 from . import chinese
 
-GUARD_NAMES = ("numbers", "negation", "antonyms", "entities", "order", "roles")
+GUARD_NAMES = ("numbers", "negation", "antonyms", "entities", "order", "roles", "literals")
 
 _NUMBER_WORDS = {
     "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
@@ -47,6 +50,7 @@ for _left, _right in _ANTONYM_PAIRS:
     _ANTONYMS.setdefault(_left, set()).add(_right)
     _ANTONYMS.setdefault(_right, set()).add(_left)
 
+_SCRIPT_CHARS = frozenset("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁱⁿ₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₕₖₗₘₙₚₛₜ")
 _STOPWORDS = frozenset(
     (
         "a an the and or but if then so of to in on at by for with from into onto about as is are was were be "
@@ -59,6 +63,11 @@ _STOPWORDS = frozenset(
 )
 _TOKEN = re.compile(r"[^\W_]+(?:[.,'’][^\W_]+)*", re.UNICODE)
 _CONTRACTED_NOT = re.compile(r"n['’]t\b")
+# Superscripts and subscripts written out before NFKC, which would read "2³" as "23" and "H₂" as "H2".
+_SCRIPT_FORMS = str.maketrans(
+    {ch: "^" + unicodedata.normalize("NFKC", ch) for ch in "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁱⁿ"}
+    | {ch: "_" + unicodedata.normalize("NFKC", ch) for ch in "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₕₖₗₘₙₚₛₜ"}
+)
 
 
 @dataclass(frozen=True)
@@ -70,15 +79,16 @@ class GuardResult:
 
 @dataclass(frozen=True)
 class _Text:
-    raw: str
+    raw: str  # NFKC, superscripts written out
     tokens: list[str]  # lower-cased, in order
     cased: list[str]  # original case, in order
+    original: str  # as sent: the ``literals`` guard reads case, layout and every mark
 
     @classmethod
     def of(cls, text: str) -> _Text:
-        normal = unicodedata.normalize("NFKC", text).replace('""', '"')
+        normal = unicodedata.normalize("NFKC", text.translate(_SCRIPT_FORMS)).replace('""', '"')
         cased = _TOKEN.findall(_CONTRACTED_NOT.sub(" not", normal))
-        return cls(normal, [t.lower() for t in cased], cased)
+        return cls(normal, [t.lower() for t in cased], cased, text)
 
 
 def _numbers(text: _Text) -> set[str]:
@@ -189,6 +199,58 @@ def roles(query: _Text, cached: _Text) -> GuardResult:
     return GuardResult("roles", False, f"{first!r} and {second!r} swap sides of {marker!r}")
 
 
+# A fenced code block, and an inline code span.
+_FENCED = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+# Marks that make a word code or math rather than prose: "C++", "x^2", "a_b", "!=", "<div>".
+_CODE_MARKS = re.compile(r"[_#+=*^<>|\\~@{}\[\]`]|!(?=.)|(?<=[0-9])!|[A-Za-z]\.[a-z]{2,}|^-+[0-9A-Za-z]|^[./~]+/")
+# What wraps a word in prose; stripped before a word is judged.
+_OPENING = "\"'([{“‘«"
+_CLOSING = "\"')]}”’».,;:?"
+
+
+def _literal_words(text: str) -> list[str]:
+    """The words of ``text`` that are code or math, as written: flags ("-R"), identifiers with
+    marks ("os.path", "snake_case", "C++"), and math ("6!", "2³", "x^2", "-5"). A word that opens a
+    sentence has its first letter lower-cased, so that sentence case alone changes nothing."""
+    found = []
+    sentence_start = True
+    for word in text.split():
+        core = word.lstrip(_OPENING).rstrip(_CLOSING)
+        if core.endswith("!") and core[:-1][-1:].isalpha():
+            core = core.rstrip("!")  # an exclamation, not a factorial
+        if core and (_CODE_MARKS.search(core) or any(ch in _SCRIPT_CHARS for ch in core)):
+            sentence_case = sentence_start and not core[1:2].isupper()  # "Node.js", not "LOAD_HU"
+            found.append(core[0].lower() + core[1:] if sentence_case else core)
+        sentence_start = word.rstrip("\"')]}”’»")[-1:] in (".", "?", "!", ":")
+    return found
+
+
+def _code_layout(text: str) -> list[str]:
+    """Code whose every character counts: fenced blocks, and, in text with indented lines, every
+    line that is not a question about it, with its indentation; then inline spans, in any order."""
+    code = [line.rstrip() for block in _FENCED.findall(text) for line in block.splitlines() if line.strip()]
+    prose = _FENCED.sub("", text)
+    lines = [line.rstrip() for line in prose.splitlines() if line.strip()]
+    if len(lines) > 1 and any(line[:1] in (" ", "\t") for line in lines):
+        code += [line for line in lines if not line.endswith("?")]
+    return code + sorted(_INLINE_CODE.findall(prose))
+
+
+def literals(query: _Text, cached: _Text) -> GuardResult:
+    """Code, flags, identifiers and math match exactly, or the candidate is vetoed; prose around
+    them may differ. An embedding reads "ls -R" and "ls -r" alike, and two programs that differ only
+    in indentation alike; their answers differ."""
+    left, right = _code_layout(query.original), _code_layout(cached.original)
+    if left != right:
+        return GuardResult("literals", False, "the code differs")
+    words, other = sorted(_literal_words(query.original)), sorted(_literal_words(cached.original))
+    if words != other:
+        only = sorted(set(words) ^ set(other)) or words
+        return GuardResult("literals", False, f"{only[0]!r} only on one side")
+    return GuardResult("literals", True)
+
+
 def _stem(word: str) -> str:
     for suffix in ("ies", "es", "s"):
         if len(word) > len(suffix) + 2 and word.endswith(suffix):
@@ -203,6 +265,7 @@ _GUARDS: dict[str, Callable[[_Text, _Text], GuardResult]] = {
     "entities": entities,
     "order": order,
     "roles": roles,
+    "literals": literals,
 }
 
 

@@ -24,33 +24,38 @@ KEY_VERSION = "1"
 # Request fields that do not change what the answer says, so they stay out of the scope.
 _NOT_ANSWER_SHAPING = {"messages", "model", "stream", "stream_options", "user", "metadata", "store"}
 
-_WHITESPACE = re.compile(r"\s+")
-_TRAILING_PUNCTUATION = ".?!,;:。？！，、：；…"
 # Han, kana and the CJK symbols and punctuation block (。、「」...): text written without spaces.
 _CJK = "\u3000-\u303f\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
 _HAS_CJK = re.compile(f"[{_CJK}]")
 # Whitespace between two CJK characters, or between one and a punctuation mark ("你好, 世界").
 _PUNCT = "!-/:-@\\[-`{-~"
 _SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}])\\s+(?=[{_CJK}{_PUNCT}])|(?<=[{_PUNCT}])\\s+(?=[{_CJK}])")
-# Chinese punctuation that NFKC leaves alone, as its ASCII counterpart (NFKC already folds the
-# full-width ？！，：；), so that "接通电话？" and "接通电话?" are one exact entry.
+# The full-width forms of ASCII (Ａ, １, ？) and the half-width forms of katakana and Hangul, and
+# the ideographic space: the same characters at another width, which NFKC folds.
+_WIDTH_FORMS = re.compile("[\u3000\uff01-\uffee]+")
+# CJK punctuation written as its Chinese or its ASCII form ("接通电话？" and "接通电话?").
 _CJK_PUNCTUATION = str.maketrans({"。": ".", "、": ",", "“": '"', "”": '"', "「": '"', "」": '"', "『": '"',
                                   "』": '"', "‘": "'", "’": "'", "～": "~", "〜": "~"})  # fmt: skip
+# A mark that closes a CJK sentence (after the translation above), and is trimmed: one, and not a
+# "!" after a digit or a Latin letter, which may be a factorial or part of a name.
+_CJK_CLOSING_MARK = re.compile(r"(?:[.?~]|(?<![0-9A-Za-z])!)\s*$")
 
 
 def normalize(text: str) -> str:
-    """NFKC, case folding, collapsed whitespace, and trailing punctuation trimmed.
+    """The exact tier's form of a prompt: it merges only spellings that cannot change the meaning.
 
-    Chinese and Japanese text also has its Chinese punctuation read as ASCII and its whitespace
-    between CJK characters dropped (they put no spaces between words). Other text, English that
-    quotes a Chinese word included, is normalised exactly as before: existing exact keys stay valid.
+    Merged: surrounding whitespace, Unicode canonical equivalents (NFC), the full-width and
+    half-width forms of a character, one trailing question mark; in CJK text also the spaces
+    between CJK characters, CJK punctuation and its ASCII form, and the closing sentence mark.
+    Kept: case, superscripts and other compatibility forms ("2³" is not "23"), whitespace inside
+    the text (code indentation), and every other punctuation mark ("6!" is not "6"). Spellings
+    that differ in these reach the semantic tier, whose guards judge them.
     """
-    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = _WIDTH_FORMS.sub(lambda m: unicodedata.normalize("NFKC", m.group()), unicodedata.normalize("NFC", text))
     if _HAS_CJK.search(folded) and detect_script(folded) != "latin":
-        folded = _SPACE_BY_CJK.sub("", folded).translate(_CJK_PUNCTUATION)
-        return _WHITESPACE.sub(" ", folded).strip().rstrip(_TRAILING_PUNCTUATION + "~ ")
-    collapsed = _WHITESPACE.sub(" ", folded).strip()
-    return collapsed.rstrip(_TRAILING_PUNCTUATION + " ")
+        folded = _SPACE_BY_CJK.sub("", folded.strip()).translate(_CJK_PUNCTUATION)
+        return _CJK_CLOSING_MARK.sub("", folded).strip()
+    return folded.strip().removesuffix("?").rstrip()
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,10 @@ def request_key(
         parts["lang"] = language
     if user is not None:  # only with scope_per_user: shared scopes stay as they were
         parts["user"] = user
+    # The prompt message's other fields (its author's ``name``): an answer may address them.
+    prompt_fields = last.model_dump(exclude={"role", "content"}, exclude_none=True)
+    if prompt_fields:  # only when sent: scopes without them stay as they were
+        parts["prompt_fields"] = prompt_fields
     scope = _digest(parts)
     normalized = normalize(prompt)
     return RequestKey(

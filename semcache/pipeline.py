@@ -71,11 +71,20 @@ class Lookup:
     controls: RequestControls
     key: RequestKey | None  # None when the request bypasses the cache
     bypass_reason: str | None = None
+    # The keys of the request's whole conversation, when ``key`` leaves its earlier turns out (a
+    # follow-up that reads on its own). Its answer may be shaped by those turns, so it is stored
+    # and shared in flight under these keys only, never where single-turn prompts find it.
+    conversation_key: RequestKey | None = None
     hit: Hit | None = None
     vector: np.ndarray | None = None
     # Set when the answer came from another request's upstream call: "exact" or "semantic".
     coalesced_tier: Literal["exact", "semantic"] | None = None
     usage: dict[str, int] | None = None  # of a hit, counted once
+
+    @property
+    def answer_key(self) -> RequestKey | None:
+        """The keys this request's own upstream answer is stored and coalesced under."""
+        return self.conversation_key or self.key
 
     @property
     def outcome(self) -> Literal["hit", "miss", "bypass"]:
@@ -142,8 +151,8 @@ class Pipeline:
         if reason is not None:
             self.decisions.add(Decision(namespace, message_text(request.messages[-1]) or "", f"bypass: {reason}"))
             return Lookup(request, namespace, controls, key=None, bypass_reason=reason)
-        key, vector = await self._key(request, namespace, user)
-        lookup = Lookup(request, namespace, controls, key=key, vector=vector)
+        key, conversation_key, vector = await self._key(request, namespace, user)
+        lookup = Lookup(request, namespace, controls, key=key, conversation_key=conversation_key, vector=vector)
         if controls.read_cache:
             try:
                 lookup.hit = await self._find(lookup)
@@ -162,30 +171,37 @@ class Pipeline:
 
     async def _key(
         self, request: ChatCompletionRequest, namespace: str, user: str | None
-    ) -> tuple[RequestKey, np.ndarray | None]:
-        """The request's keys; a follow-up that stands on its own is scoped without its conversation.
+    ) -> tuple[RequestKey, RequestKey | None, np.ndarray | None]:
+        """The keys to look the request up with, the conversation's keys when they differ, and the
+        prompt's vector when it was embedded on the way.
 
-        Not when its conversation tells the model what to answer ("From now on, reply with ..."):
-        the answer then depends on those turns, and must stay with them."""
+        A follow-up that stands on its own is looked up without its conversation, so that it may be
+        answered from single-turn entries. Not when its conversation tells the model what to answer
+        ("From now on, reply with ..."): the answer then depends on those turns. Its own answer is
+        always kept with its conversation (``Lookup.conversation_key``)."""
         key = request_key(request, namespace, user=user)
         if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
-            return key, None
+            return key, None, None
         conversation = conversation_text(request)
         if not self.cache_answer_instructions:
             instruction = await _off_loop_if_long(lambda: find_answer_instruction(conversation), len(conversation))
             if instruction is not None:
-                return key, None
+                return key, None, None
         model = self.embedding_model(key)  # the conversation too: cosines across models mean nothing
         prompt_vector, context_vector = await asyncio.gather(
             self.embedder.embed(key.prompt, model), self.embedder.embed(conversation, model)
         )
         if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
-            return key, prompt_vector  # on the conversation's topic: its context may shape the answer
-        return request_key(request, namespace, standalone=True, user=user), prompt_vector
+            return key, None, prompt_vector  # on the conversation's topic: its context may shape the answer
+        return request_key(request, namespace, standalone=True, user=user), key, prompt_vector
 
     async def _find(self, lookup: Lookup) -> Hit | None:
         assert lookup.key is not None
         now = self.clock()
+        if lookup.conversation_key is not None:  # this conversation asked it before
+            hit = await self.exact.lookup(lookup.conversation_key, now)
+            if hit is not None:
+                return hit
         hit = await self.exact.lookup(lookup.key, now) or self.templates.lookup_exact(lookup.key)
         if hit is not None:
             return hit
@@ -329,9 +345,10 @@ class Pipeline:
         """A non-streamed miss: follow an identical request in flight, or lead one upstream call."""
         semantic_tried = False
         for _ in range(_MAX_LEADS):
-            if lookup.key is None or not self.coalesce:
+            key = lookup.answer_key
+            if key is None or not self.coalesce:
                 return await self._lead(lookup, headers, None)
-            flight = self.inflight.get(lookup.key.exact)
+            flight = self.inflight.get(key.exact)
             if flight is not None:
                 try:
                     done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
@@ -344,7 +361,7 @@ class Pipeline:
                 semantic_tried = True
                 if await self._wait_for_similar(lookup):
                     return self.hit_response(lookup)
-            flight = self.inflight.lead(lookup.key, lookup.vector, streamed=False)
+            flight = self.inflight.lead(key, lookup.vector, streamed=False)
             try:
                 return await self._lead(lookup, headers, flight)
             finally:
@@ -360,11 +377,12 @@ class Pipeline:
         """
         semantic_tried = False
         for _ in range(_MAX_LEADS):
-            if lookup.key is None or not self.coalesce:
+            key = lookup.answer_key
+            if key is None or not self.coalesce:
                 async for chunk in self._lead_stream(lookup, headers, None):
                     yield chunk
                 return
-            flight = self.inflight.get(lookup.key.exact)
+            flight = self.inflight.get(key.exact)
             if flight is not None:
                 relayed = 0
                 try:
@@ -384,7 +402,7 @@ class Pipeline:
                     async for chunk in self.hit_stream(lookup):
                         yield chunk
                     return
-            flight = self.inflight.lead(lookup.key, lookup.vector, streamed=True)
+            flight = self.inflight.lead(key, lookup.vector, streamed=True)
             try:
                 async for chunk in self._lead_stream(lookup, headers, flight):
                     yield chunk
@@ -502,7 +520,7 @@ class Pipeline:
         """Store and index the answer as one job that a client going away cannot cut in half.
 
         A failure to store is logged, not passed on: the client still gets its answer."""
-        if lookup.key is None or not lookup.controls.store:
+        if lookup.answer_key is None or not lookup.controls.store:
             return
         job = asyncio.ensure_future(self._store_and_index(lookup, answer, tool_calls))
         try:
@@ -515,8 +533,8 @@ class Pipeline:
             log.exception("could not store an answer; it was served but not cached")
 
     async def _store_and_index(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None) -> None:
-        assert lookup.key is not None
-        key = lookup.key
+        key = lookup.answer_key
+        assert key is not None
         if lookup.vector is not None:
             vector = lookup.vector
         else:

@@ -6,6 +6,8 @@ import pytest
 
 from semcache import guards
 
+LOOP = "for i in range(3):\n    print(i)"
+
 
 def verdicts(query: str, cached: str) -> dict[str, bool]:
     return {r.guard: r.passed for r in guards.check(query, cached, guards.GUARD_NAMES)}
@@ -22,6 +24,20 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("Are towns in Idaho nice for hikers?", "Are towns in Montana nice for hikers?", "entities"),
         ("What does LeBron James think of Kobe Bryant?", "What does Kobe Bryant think of LeBron James?", "order"),
         ("Are cats afraid of tigers?", "Are tigers afraid of cats?", "order"),
+        ("What is 2³?", "What is 23?", "numbers"),
+        ("What is 2³?", "What is 23?", "literals"),
+        ("What does `ls -R` do?", "What does `ls -r` do?", "literals"),
+        ("What does ls -R do?", "What does ls -r do?", "literals"),
+        ("What is 6!?", "What is 6?", "literals"),
+        ("Is -5 squared 25?", "Is 5 squared 25?", "literals"),
+        ("What is C++ used for?", "What is C used for?", "literals"),
+        ("What does os.path do?", "What does os_path do?", "literals"),
+        ("Fix this:\n```\nif x:\n    y()\n```", "Fix this:\n```\nif x:\ny()\n```", "literals"),
+        (
+            "What does this print?\nfor i in range(3):\n    print(i)\nprint('done')",
+            "What does this print?\nfor i in range(3):\n    print(i)\n    print('done')",
+            "literals",
+        ),
     ],
 )
 def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard: str) -> None:
@@ -37,6 +53,10 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("How are satellites launched into orbit?", "How is a satellite launched into orbit?"),
         ("Why doesn't my code compile?", "Why does my code not compile?"),
         ("What is Yorker in cricket? Explain.", "What is a yorker in cricket?"),
+        ("what is the capital of france", "What is the capital of France?"),  # sentence case, no "?"
+        ("Hello! How do I use `git rebase -i`?", "hello, how can I use `git rebase -i`"),
+        ("Node.js vs Deno: which is faster?", "node.js vs Deno, which is faster?"),
+        ("What does this print?\n" + LOOP, "What is the output?\n" + LOOP),  # the question around code
     ],
 )
 def test_true_paraphrases_pass_every_guard(query: str, cached: str) -> None:
@@ -51,3 +71,8 @@ def test_results_explain_the_veto() -> None:
 def test_unknown_guard_names_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown guards"):
         guards.validate(["numbers", "astrology"])
+
+
+def test_literals_may_come_in_any_order() -> None:
+    [result] = guards.check("What does `fs.ls` list, given `fs`?", "Given `fs`, what does `fs.ls` list?", ["literals"])
+    assert result.passed

@@ -23,23 +23,39 @@ def chat(
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("What Is The Capital?", "what is the capital"),
-        ("  many \t spaces\n\nhere  ", "many spaces here"),
-        ("Straße", "strasse"),  # casefold, not just lower()
-        ("ｆｕｌｌ ｗｉｄｔｈ", "full width"),  # NFKC
-        ("ﬁle", "file"),  # NFKC ligature
-        ("really?!...", "really"),
+        ("  What is the capital?  ", "What is the capital"),  # surrounding whitespace, a trailing "?"
+        ("Cafe\u0301 menu?", "Café menu"),  # NFC: canonical equivalents are one text
+        ("ｆｕｌｌ ｗｉｄｔｈ？", "full width"),  # full-width forms
+        ("ｶﾀｶﾅ", "カタカナ"),  # half-width katakana
         ("东京在哪里？", "东京在哪里"),
         ("这是什么。", "这是什么"),
         ("ends with a space ? ", "ends with a space"),
     ],
 )
-def test_normalize(text: str, expected: str) -> None:
+def test_normalize_merges_spellings_that_keep_the_meaning(text: str, expected: str) -> None:
     assert normalize(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("What Is The Capital?", "what is the capital?"),  # case
+        ("What is 2³?", "What is 23?"),  # superscripts and other compatibility forms
+        ("ﬁle", "file"),
+        ("What does `ls -R` do?", "What does `ls -r` do?"),
+        ("What is 6!?", "What is 6?"),  # punctuation other than one trailing "?"
+        ("really?!...", "really"),
+        ("if x:\n    y()\nz()", "if x:\n    y()\n    z()"),  # whitespace inside
+        ("many  spaces", "many spaces"),
+        ("计算6!", "计算6"),  # a "!" after a digit is no closing mark
+    ],
+)
+def test_normalize_keeps_spellings_that_may_change_the_meaning(first: str, second: str) -> None:
+    assert normalize(first) != normalize(second)
+
+
 def test_normalize_keeps_inner_punctuation() -> None:
-    assert normalize("Is 3.5 > 2?") == "is 3.5 > 2"
+    assert normalize("Is 3.5 > 2?") == "Is 3.5 > 2"
 
 
 # -- request_key: scope --------------------------------------------------------------------------
@@ -114,10 +130,11 @@ def test_scope_ignores_params_that_do_not_shape_the_answer(params: dict[str, Any
 
 def test_exact_key_equal_for_normalisation_equal_prompts() -> None:
     a = request_key(chat("What is the capital of France?"), "default")
-    b = request_key(chat("  what is THE capital of   France？ "), "default")
+    b = request_key(chat("  What is the capital of France？ "), "default")
     assert a.exact == b.exact
     assert a.prompt != b.prompt  # the prompt is kept as sent
-    assert a.normalized == b.normalized == "what is the capital of france"
+    assert a.normalized == b.normalized == "What is the capital of France"
+    assert request_key(chat("what is THE capital of France?"), "default").exact != a.exact
 
 
 def test_exact_key_differs_for_different_prompts() -> None:
@@ -129,6 +146,16 @@ def test_exact_key_differs_for_different_prompts() -> None:
 
 def test_exact_key_is_scoped() -> None:
     assert request_key(chat(), "team-a").exact != request_key(chat(), "team-b").exact
+
+
+def test_scope_changes_with_the_prompt_messages_name() -> None:
+    def named(name: str | None) -> ChatCompletionRequest:
+        message = {"role": "user", "content": "Greet me by name.", **({"name": name} if name else {})}
+        return ChatCompletionRequest.model_validate({"model": "gpt-4o-mini", "messages": [message]})
+
+    scopes = {request_key(named(name), "default").scope for name in ("alice", "bob", None)}
+    assert len(scopes) == 3
+    assert request_key(named(None), "default").scope == request_key(chat("Greet me by name."), "default").scope
 
 
 def test_has_history_false_with_only_a_system_prompt() -> None:
@@ -248,19 +275,20 @@ def test_chinese_punctuation_reads_as_ascii(first: str, second: str) -> None:
 
 
 def test_english_quoting_chinese_is_normalised_as_before() -> None:
-    assert normalize("What does 胖口 mean in English?") == "what does 胖口 mean in english"
-    assert normalize("What is “this”?") == "what is “this”"
+    assert normalize("What does 胖口 mean in English?") == "What does 胖口 mean in English"
+    assert normalize("What is “this”?") == "What is “this”"
 
 
-def test_english_scopes_and_exact_keys_are_unchanged() -> None:
-    key = request_key(chat(), "default")  # the keys every release before scripts had
+def test_english_scopes_and_exact_keys_are_pinned() -> None:
+    """Scopes as every release computed them; exact keys since normalisation keeps case."""
+    key = request_key(chat(), "default")
     assert key.language == "latin"
     assert key.scope == "574198e1b1ca5ef8d5ff48296f31d9b543f1bb5ae87b26ea80b37dfb6bfa6f27"
-    assert key.exact == "ad018671ab7a52234368108b7b7f0c045349a5adde66b382117435cade52b254"
+    assert key.exact == "696258dfdc7c105604783ed1ee8ee5b106487201b1a556e417096a543821de4a"
 
 
-def test_keys_of_a_system_prompt_a_parameter_and_a_user_are_unchanged() -> None:
-    """Digests of a request with every part a key reads, as every release so far computed them."""
+def test_keys_of_a_system_prompt_a_parameter_and_a_user_are_pinned() -> None:
+    """Digests of a request with every part a key reads: a change here orphans stored entries."""
     messages = [
         {"role": "system", "content": "Be brief. Ünïcode ✓"},
         {"role": "user", "content": "What is the capital of France?"},
@@ -268,7 +296,7 @@ def test_keys_of_a_system_prompt_a_parameter_and_a_user_are_unchanged() -> None:
     request = ChatCompletionRequest.model_validate({"model": "gpt-4o-mini", "temperature": 0.2, "messages": messages})
     key = request_key(request, "team-a", user="u1")
     assert key.scope == "bac9202581385a7e009f06fb11a46e4b4afd1cb8eaed9dc3e05f6d11e66479ba"
-    assert key.exact == "9a20febd6cd5112638e4d74caaff845534e3b5c7cdcf1362fc70892177241417"
+    assert key.exact == "8735c4ea9b07d18be031d0b75b23f19e5f84f87a486762f5e984661bd8bd73e1"
     assert key.system_prompt_hash == "735815b5ae47410785be3f397e797e2bc3f565e0d79b68dc41ae5f426a6e7a4e"
 
 

@@ -29,9 +29,11 @@ def test_miss_goes_upstream_once_then_exact_hit(client: openai.OpenAI, upstream:
     answer, headers = ask(client, QUESTION)
     assert headers["x-semcache"] == "miss"
     assert answer == f"Answer to: {QUESTION}"
-    again, headers = ask(client, "  how do I learn python QUICKLY  ")
+    again, headers = ask(client, "  How do I learn Python quickly  ")
     assert (headers["x-semcache"], headers["x-semcache-tier"]) == ("hit", "exact")
     assert again == answer
+    _, headers = ask(client, "how do I learn python QUICKLY?")  # another case: the semantic tier's call
+    assert (headers["x-semcache"], headers["x-semcache-tier"]) == ("hit", "semantic")
     assert upstream.chat_calls() == 1
 
 

@@ -102,7 +102,7 @@ class TemplateTier:
         self._rows: list[tuple[Template, str]] = []
         for template in templates:
             for question in template.questions:
-                self._by_phrase.setdefault(normalize(question), []).append((template, question))
+                self._by_phrase.setdefault(_phrase_key(question), []).append((template, question))
                 self._rows.append((template, question))
         # Per embedding model (None: the caller's only model): a query is compared only with the
         # phrasings as its own model embedded them.
@@ -126,7 +126,7 @@ class TemplateTier:
     def lookup_exact(self, key: RequestKey) -> Hit | None:
         if key.has_history:
             return None
-        for template, question in self._by_phrase.get(key.normalized, []):
+        for template, question in self._by_phrase.get(_phrase_key(key.prompt), []):
             if template.applies_to(key):
                 return Hit(tier="template", answer=template.answer, matched_prompt=question, similarity=1.0)
         return None
@@ -149,3 +149,9 @@ class TemplateTier:
                     tier="template", answer=template.answer, matched_prompt=question, similarity=min(similarity, 1.0)
                 )
         return None
+
+
+def _phrase_key(text: str) -> str:
+    """How a prompt matches a template's phrasing exactly: as the exact tier does, and also in any
+    case and spacing. An operator wrote each phrasing for every spelling of that question."""
+    return " ".join(normalize(text).casefold().split())
