@@ -68,7 +68,7 @@ class Mix:
     conversation: float = 0.30
     stream: float = 0.40  # the openai SDK users often stream
     include_usage: float = 0.5  # of streamed requests
-    short_repeat: float = 0.25  # asked before in this namespace, half with other casing or punctuation
+    short_repeat: float = 0.25  # asked before in this namespace, half with other spacing or no final '?'
     short_paraphrase: float = 0.12  # a human-labelled rewording of a question asked before
     short_template: float = 0.03  # a curated FAQ answer (the template tier)
     short_bypass: float = 0.02  # temperature above the cache's ceiling: never cached
@@ -310,12 +310,13 @@ class Traffic:
         return state.pending_paraphrases.popleft()
 
     def _cosmetic(self, text: str) -> str:
-        """Half the repeats as typed again: other casing, spacing or final punctuation."""
+        """Half the repeats as typed again, in spellings the exact tier merges: other surrounding
+        spacing, or no question mark."""
         variant = self.rng.randrange(6)
         if variant == 0:
-            return text.lower()
+            return text.removesuffix("?")
         if variant == 1:
-            return text.rstrip("?.! ")
+            return f"{text}\n"
         if variant == 2:
             return f"  {text}  "
         return text
