@@ -28,6 +28,7 @@ from semcache.testing.redis_server import RedisServer
 from semcache.testing.servers import ThreadedUvicorn, wait_healthy
 
 _KEY = "benchmark-admin-key"
+_JSONL = {"Content-Type": "application/x-ndjson"}  # /admin refuses bodies that are not JSON or JSONL
 _CHUNK_BYTES = 3_500_000  # under the default max_body_bytes
 
 
@@ -55,12 +56,12 @@ def post_in_chunks(http: httpx.Client, lines: list[str]) -> None:
     size = 0
     for line in lines:
         if chunk and size + len(line) + 1 > _CHUNK_BYTES:
-            http.post("/admin/entries/import", content="\n".join(chunk)).raise_for_status()
+            http.post("/admin/entries/import", content="\n".join(chunk), headers=_JSONL).raise_for_status()
             chunk, size = [], 0
         chunk.append(line)
         size += len(line) + 1
     if chunk:
-        http.post("/admin/entries/import", content="\n".join(chunk)).raise_for_status()
+        http.post("/admin/entries/import", content="\n".join(chunk), headers=_JSONL).raise_for_status()
 
 
 def timed(action: Any) -> float:
@@ -88,7 +89,7 @@ def measure(http: httpx.Client, count: int, embedded_import: int, model_name: st
     results["flush_s"] = timed(lambda: http.post("/admin/flush", json={"confirm": True}).raise_for_status())
     prompts = [f"How do I configure feature number {n} of the product?" for n in range(embedded_import)]
     plain = "\n".join(json.dumps(plain_line(n, prompt)) for n, prompt in enumerate(prompts))
-    seconds = timed(lambda: http.post("/admin/entries/import", content=plain).raise_for_status())
+    seconds = timed(lambda: http.post("/admin/entries/import", content=plain, headers=_JSONL).raise_for_status())
     results["import_embedding_per_s"] = round(embedded_import / seconds)
     return results
 

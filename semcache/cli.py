@@ -84,8 +84,10 @@ def serve(
     """Run the caching proxy.
 
     The admin key has no flag, so that it never shows in `ps`: set SEMCACHE_ADMIN_KEY (or admin-key
-    in the --config file).
+    in the --config file). Without it, /admin answers only clients on this machine.
     """
+    import logging
+
     import uvicorn
 
     from .logs import configure_logging
@@ -122,6 +124,10 @@ def serve(
         _fail(str(exc))
     # Only once the app is built: a refused start leaves the process's logging as it found it.
     configure_logging(settings.log_level, settings.log_format, secrets=_secrets(settings, access.keys))
+    warning = _admin_warning(settings, access.configured)
+    if warning is not None:
+        typer.echo(f"WARNING: {warning}", err=True)  # in words, for a terminal reading the JSON log lines
+        logging.getLogger("semcache.server").warning(warning)
     # The embedding thread gives up the GIL in every call into the tokenizer, the model and FAISS,
     # and a busy event loop keeps it for up to the switch interval before handing it back (5 ms by
     # default). At 64 clients that idled the model: 561 semantic hits/s at 5 ms, 656/s at 0.1 ms.
@@ -134,17 +140,38 @@ def serve(
         log_level=settings.log_level,
         log_config=None,
         access_log=False,
-        # Bounds on the request line and headers: a 431 in OpenAI's shape (h11: a plain 400).
-        http=http_protocol(settings.max_header_bytes, settings.max_header_count) or "h11",
+        # Bounds on the request line and headers (a 431 in OpenAI's shape; h11: a plain 400), and
+        # deadlines on reading a request (a 408; h11: none).
+        http=http_protocol(
+            settings.max_header_bytes, settings.max_header_count, settings.header_timeout_s, settings.body_timeout_s
+        )
+        or "h11",
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.http_keep_alive_s,
+        # /admin without a key trusts the TCP peer's address: uvicorn would otherwise replace it with
+        # X-Forwarded-For from any peer that FORWARDED_ALLOW_IPS names.
+        proxy_headers=False,
+    )
+
+
+def _admin_warning(settings: Settings, client_keys: bool) -> str | None:
+    """What to say when /admin has no key and the service listens beyond this machine."""
+    from .server.admin import is_loopback_address, is_loopback_host
+
+    if settings.admin_key or is_loopback_address(settings.host) or is_loopback_host(settings.host):
+        return None
+    if client_keys:
+        return f"serving on {settings.host} without SEMCACHE_ADMIN_KEY: /admin is closed until it is set"
+    return (
+        f"serving on {settings.host} without SEMCACHE_ADMIN_KEY: /admin, and the entries, imports, flushes and "
+        "namespace settings it guards, answers loopback clients only until SEMCACHE_ADMIN_KEY is set"
     )
 
 
 def _secrets(settings: Settings, client_keys: list[str]) -> list[str | None]:
     """Every secret the configuration holds, for the log redactor to blank out."""
     passwords = [urlsplit(url).password for url in (settings.redis_url, settings.upstream_url)]
-    return [settings.upstream_api_key, settings.admin_key, *passwords, *client_keys]
+    return [settings.upstream_api_key, settings.admin_key, settings.metrics_key, *passwords, *client_keys]
 
 
 @app.command(
@@ -153,6 +180,16 @@ def _secrets(settings: Settings, client_keys: list[str]) -> list[str | None]:
 )
 def stats(
     url: Annotated[str, typer.Option(help="Base URL of a running semcache.")] = "http://127.0.0.1:8080",
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            envvar=["SEMCACHE_METRICS_KEY", "SEMCACHE_ADMIN_KEY"],
+            show_default=False,
+            help="The metrics key or the admin key, which /stats needs when the server has API keys; "
+            "prefer the environment variables, since flags show in ps.",
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print raw JSON (one line per refresh with --watch).")
     ] = False,
@@ -162,10 +199,10 @@ def stats(
 ) -> None:
     """Show hit rates, latency percentiles, savings and top namespaces of a running service."""
     if watch:
-        _watch_stats(url, interval, count, as_json)
+        _watch_stats(url, key, interval, count, as_json)
         return
     try:
-        data = _read_stats(url)
+        data = _read_stats(url, key)
     except _StatsUnreadable as exc:
         _fail(str(exc))
     if as_json:
@@ -178,10 +215,14 @@ class _StatsUnreadable(Exception):
     pass
 
 
-def _read_stats(url: str) -> dict[str, Any]:
+def _read_stats(url: str, key: str | None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        response = httpx.get(f"{url.rstrip('/')}/stats", timeout=10)
+        response = httpx.get(f"{url.rstrip('/')}/stats", headers=headers, timeout=10)
         response.raise_for_status()
+    except httpx.HTTPStatusError as exc:
+        hint = " (pass --key or set SEMCACHE_METRICS_KEY)" if exc.response.status_code in (401, 403) else ""
+        raise _StatsUnreadable(f"cannot read {url}/stats: {exc}{hint}") from exc
     except httpx.HTTPError as exc:
         raise _StatsUnreadable(f"cannot read {url}/stats: {exc}") from exc
     try:
@@ -193,7 +234,7 @@ def _read_stats(url: str) -> dict[str, Any]:
     return data
 
 
-def _watch_stats(url: str, interval_s: float, count: int | None, as_json: bool) -> None:
+def _watch_stats(url: str, key: str | None, interval_s: float, count: int | None, as_json: bool) -> None:
     """Read the figures every ``interval_s`` until Ctrl-C (or ``count`` times). A server that cannot
     be read is reported in place, and watched on: it may be restarting."""
     from rich.live import Live
@@ -203,7 +244,7 @@ def _watch_stats(url: str, interval_s: float, count: int | None, as_json: bool) 
         def readings() -> Iterator[tuple[dict[str, Any] | None, str | None]]:
             for refresh in itertools.count(1):
                 try:
-                    yield _read_stats(url), None
+                    yield _read_stats(url, key), None
                 except _StatsUnreadable as exc:
                     yield None, str(exc)
                 if (count is not None and refresh >= count) or stopped.wait(interval_s):

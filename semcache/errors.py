@@ -2,9 +2,12 @@
 
     SemcacheError                 base; carries an HTTP status, an OpenAI error type and a code
     ├── InvalidRequest            400  the request is malformed or asks for something unsupported
-    │   └── BodyTooLarge          413
-    ├── Unauthorized              401  unknown or missing client API key
-    ├── Forbidden                 403  a namespace the key may not use, or a wrong admin key
+    │   ├── BodyTooLarge          413
+    │   ├── RequestTimeout        408  the request's head or body did not arrive in time
+    │   └── UnsupportedMediaType  415  an /admin body that is not JSON
+    ├── Unauthorized              401  unknown or missing client API key, admin key or metrics key
+    ├── Forbidden                 403  a namespace the key may not use, a wrong admin or metrics key,
+    │                                  or /admin asked from another site or machine without the key
     ├── RateLimited               429  the client's token bucket is empty (with Retry-After)
     ├── NotFound                  404
     ├── NotReady                  503  the model or the index is still loading
@@ -56,6 +59,16 @@ class InvalidRequest(SemcacheError):
 class BodyTooLarge(InvalidRequest):
     status_code = 413
     code = "request_too_large"
+
+
+class RequestTimeout(InvalidRequest):
+    status_code = 408
+    code = "request_timeout"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    status_code = 415
+    code = "unsupported_media_type"
 
 
 class Unauthorized(SemcacheError):

@@ -53,6 +53,20 @@ class Settings(BaseSettings):
         32_768, ge=1024, le=1_048_576, description="Largest request line and headers together, in bytes (else 431)."
     )
     max_header_count: int = Field(100, ge=8, le=10_000, description="Most request headers (else 431).")
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Longest a request's line and headers may take to arrive, from their first byte, and a new "
+        "connection to send its first byte; else a 408 and the connection closes.",
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Longest a request body may take to arrive, from the end of the headers; else a 408 and the "
+        "connection closes. Uploads slower than max_body_bytes / body_timeout_s cannot send the largest bodies.",
+    )
     http_keep_alive_s: float = Field(
         75.0,
         gt=0,
@@ -203,7 +217,16 @@ class Settings(BaseSettings):
     api_keys_file: Path | None = Field(
         None, description="JSON or YAML mapping of client API key to the namespaces it may use."
     )
-    admin_key: str | None = Field(None, description="Bearer token the /admin paths require, when set.")
+    admin_key: str | None = Field(
+        None,
+        description="Bearer token the /admin paths require. Unset: /admin answers only clients on this machine "
+        "that call it localhost or a loopback address, or none at all when api_keys_file is set.",
+    )
+    metrics_key: str | None = Field(
+        None,
+        description="Bearer token that opens /stats and /metrics, and nothing else; with api_keys_file they need "
+        "it or the admin key (without one they are open).",
+    )
     scope_per_user: bool = Field(
         False,
         description="Entries serve only the user who stored them: the same API key and `user` field. Requests "
@@ -217,7 +240,11 @@ class Settings(BaseSettings):
         "request arrived, so that timing does not tell hits from misses; 0: off. Per namespace too.",
     )
     rate_limit_per_s: float = Field(
-        0.0, ge=0, description="Requests per second per API key (else per namespace); 0 turns the limit off."
+        0.0,
+        ge=0,
+        description="Requests per second per client; 0 turns the limit off. With api_keys_file a client is the API "
+        "key the request was let in with, however its Authorization header spells it; without, the namespace "
+        "(semcache accepts no credential then).",
     )
     rate_limit_burst: int = Field(20, ge=1, description="Requests a client may send at once before the rate applies.")
     context_limits: dict[str, int] = Field(

@@ -38,6 +38,7 @@ BREAD_QUESTION = "How can I bake sourdough bread at home?"  # for semantic admin
 FRANCE = "What is the capital of France?"
 PYTHON = "How do I read a CSV file in Python?"
 runner = CliRunner(env={"COLUMNS": "160"})
+JSONL = {"Content-Type": "application/x-ndjson"}  # what an import takes (/admin refuses other bodies but JSON)
 
 
 def admin(url: str, key: str | None = ADMIN_KEY) -> httpx.Client:
@@ -79,7 +80,7 @@ ADMIN_CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/admin/entries", {}),
     ("GET", "/admin/entries?query=bread", {}),
     ("GET", "/admin/entries/export", {}),
-    ("POST", "/admin/entries/import", {"content": b"{}\n"}),
+    ("POST", "/admin/entries/import", {"content": b"{}\n", "headers": JSONL}),
     ("POST", "/admin/entries/delete", {"json": {"namespace": "default"}}),
     ("GET", "/admin/entries/1", {}),
     ("DELETE", "/admin/entries/1", {}),
@@ -169,7 +170,7 @@ def test_get_and_delete_one_entry(filled: str, make_client: Callable[..., openai
 def test_delete_by_namespace_and_by_age(filled: str, make_client: Callable[..., openai.OpenAI]) -> None:
     old = {**exported_line("Who painted the Mona Lisa?", created_at=time.time() - 7200), "namespace": "default"}
     with admin(filled) as http:
-        assert http.post("/admin/entries/import", content=json.dumps(old)).json()["imported"] == 1
+        assert http.post("/admin/entries/import", content=json.dumps(old), headers=JSONL).json()["imported"] == 1
         preview = http.post("/admin/entries/delete", json={"older_than_s": 3600, "dry_run": True}).json()
         assert (preview["matched"], preview["deleted"]) == (1, 0)
         assert [e["prompt"] for e in preview["data"]] == ["Who painted the Mona Lisa?"]
@@ -228,7 +229,7 @@ def export(url: str, **params: Any) -> list[dict[str, Any]]:
 def import_lines(url: str, lines: list[dict[str, Any]] | bytes, **params: Any) -> dict[str, Any]:
     body = lines if isinstance(lines, bytes) else "".join(json.dumps(line) + "\n" for line in lines).encode()
     with admin(url) as http:
-        response = http.post("/admin/entries/import", content=body, params=params)
+        response = http.post("/admin/entries/import", content=body, params=params, headers=JSONL)
     assert response.status_code == 200, response.text
     return dict(response.json())
 
@@ -317,7 +318,7 @@ def test_an_import_body_over_the_size_limit_is_refused_whole(serve: Callable[...
     body = "".join(json.dumps(exported_line(f"Question {n}")) + "\n" for n in range(20)).encode()
     assert len(body) > 2048
     with admin(url) as http:
-        assert http.post("/admin/entries/import", content=body).status_code == 413
+        assert http.post("/admin/entries/import", content=body, headers=JSONL).status_code == 413
     assert entries(url) == []
 
 
@@ -491,7 +492,7 @@ def test_on_redis_list_delete_flush_and_import_reach_every_replica(
     assert figures(b)["entries"] == 0 and entries(b) == []
 
     with admin(a) as http:
-        report = http.post("/admin/entries/import", content=backup).json()
+        report = http.post("/admin/entries/import", content=backup, headers=JSONL).json()
     assert (report["imported"], report["embedded"]) == (2, 0)
     wait_for(lambda: figures(b)["index"]["entries"] == 2)
     assert ask(client_b, PYTHON)[1]["x-semcache-tier"] == "exact"

@@ -214,9 +214,11 @@ async def test_a_client_that_disconnects_midway_does_not_poison_the_cache(
     assert again.headers["x-semcache"] == "miss"
 
 
-def test_the_rate_limit_answers_429_with_retry_after_per_key(
+def test_the_rate_limit_answers_429_with_retry_after_per_namespace_without_a_key_file(
     serve: Callable[..., str], make_client, upstream: StandinUpstream
 ) -> None:
+    """Without a key file semcache accepts no credential: the bucket is the namespace's, whatever
+    Authorization value each request carries (tests/test_hostile_http.py covers the key file)."""
     url = serve(rate_limit_per_s=0.5, rate_limit_burst=3)
     alice, bob = make_client(url, "sk-alice"), make_client(url, "sk-bob")
     for _ in range(3):
@@ -225,7 +227,10 @@ def test_the_rate_limit_answers_429_with_retry_after_per_key(
         ask(alice, QUESTION)
     assert caught.value.response.headers["retry-after"] == "2"
     assert caught.value.response.json()["error"]["code"] == "rate_limit_exceeded"
-    assert ask(bob, QUESTION)[1]["x-semcache"] == "hit"  # another key has its own bucket
+    with pytest.raises(openai.RateLimitError):
+        ask(bob, QUESTION)  # another Authorization value is no other client
+    other_namespace = {"X-Semcache-Namespace": "other"}
+    assert ask(bob, QUESTION, extra_headers=other_namespace)[1]["x-semcache"] == "miss"  # a bucket of its own
 
 
 def test_an_over_long_prompt_is_a_clear_400_or_trimmed_when_configured(

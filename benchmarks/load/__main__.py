@@ -224,7 +224,9 @@ class MemorySampler:
 
     def _run(self) -> None:
         next_progress = self.options.progress_every_s
-        with httpx.Client(base_url=self.url, timeout=10) as client:
+        # With client API keys configured, /stats needs the admin key (or a metrics key) too.
+        admin = {"Authorization": f"Bearer {self.admin_key}"}
+        with httpx.Client(base_url=self.url, headers=admin, timeout=10) as client:
             while True:
                 self._sample(client)
                 elapsed = time.monotonic() - self._started
@@ -240,7 +242,7 @@ class MemorySampler:
         try:
             stats = client.get("/stats").json()
             if len(self.samples) % 10 == 0:
-                client.get("/admin/decisions?limit=3", headers={"Authorization": f"Bearer {self.admin_key}"})
+                client.get("/admin/decisions?limit=3")
         except (httpx.HTTPError, ValueError):
             return  # a busy moment; the next sample will do
         if rss is None:

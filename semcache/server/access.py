@@ -1,7 +1,10 @@
-"""Which namespace a request belongs to, and whether its API key may use it."""
+"""Which namespace a request belongs to, whether its API key may use it, and whom its rate limit
+counts against; and the one reader of Bearer tokens."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 from pathlib import Path
@@ -59,7 +62,7 @@ class AccessPolicy:
         at; 403 for a namespace outside the key's list."""
         if self._namespaces_by_key is None:
             return validate_namespace(requested) if requested is not None else DEFAULT_NAMESPACE
-        allowed = self._namespaces_by_key.get(_bearer_token(authorization) or "")
+        allowed = self._namespaces_by_key.get(bearer_token(authorization) or "")
         if allowed is None:
             raise Unauthorized("missing or unknown API key")
         if requested is None:
@@ -68,6 +71,16 @@ class AccessPolicy:
         if requested not in allowed:
             raise Forbidden("this API key may not use that namespace", code="namespace_not_allowed")
         return requested
+
+    def rate_limit_key(self, authorization: str | None, namespace: str) -> str:
+        """Whom a request's rate limit counts against. With API keys: the key the request was let in
+        with, as ``bearer_token`` reads it, so that every spelling of one key is one client; hashed,
+        never kept in clear. Without: its namespace, since semcache accepts no credential then (the
+        Authorization header is the upstream's) and a client could send a new one each time."""
+        token = bearer_token(authorization) if self.configured else None
+        if token is None:
+            return "namespace:" + namespace
+        return "key:" + hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
 def validate_namespace(namespace: str) -> str:
@@ -79,11 +92,19 @@ def validate_namespace(namespace: str) -> str:
     return namespace
 
 
-def _bearer_token(authorization: str | None) -> str | None:
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, the scheme in any case and spaces
+    around the token ignored; None for anything else. Client keys, the admin and metrics keys and
+    the rate limit all read credentials through this one function."""
     if not authorization:
         return None
     scheme, _, token = authorization.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def same_secret(token: str, secret: str) -> bool:
+    """``token == secret``, in a time that does not tell how much of it matched."""
+    return hmac.compare_digest(token.encode(), secret.encode())
 
 
 def _valid(namespace: object) -> bool:

@@ -1,40 +1,139 @@
-"""Operators' controls: per-namespace quality settings, the recent decisions, and hit feedback."""
+"""Operators' controls: per-namespace quality settings, the recent decisions, and hit feedback;
+and ``require_admin``, which every path under /admin goes through."""
 
 from __future__ import annotations
 
-import hmac
+import ipaddress
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import Headers
 
-from ..errors import Forbidden, InvalidRequest, Unauthorized
+from ..errors import Forbidden, InvalidRequest, Unauthorized, UnsupportedMediaType
 from ..pipeline import Pipeline
-from .access import validate_namespace
-from .limits import BoundedJsonRoute
+from .access import bearer_token, same_secret, validate_namespace
+from .limits import BoundedJsonRoute, declares_json
 from .routes import namespace_of, pipeline_of
 
-admin_router = APIRouter(prefix="/admin", tags=["admin"], route_class=BoundedJsonRoute)
 feedback_router = APIRouter(tags=["feedback"], route_class=BoundedJsonRoute)
+
+# A Host header: a name or IPv4 address, or an IPv6 address in brackets; then an optional port.
+_HOST = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[^\[\]:/@\s]+))(?::(?P<port>\d{1,5}))?")
+# The one body type besides JSON that /admin takes: JSONL, for POST /admin/entries/import.
+_JSONL = "application/x-ndjson"
 
 
 def require_admin(request: Request) -> None:
-    """The admin key, sent as a Bearer token, whenever SEMCACHE_ADMIN_KEY is set.
+    """Who may use /admin: it shows every tenant's queries and can plant answers.
 
-    Without one, /admin is open, unless client API keys are configured: then it is closed, since
-    it shows every tenant's queries and a client key must never open it."""
+    Always refused: a request a browser sends on behalf of another site (an ``Origin`` that is
+    neither a loopback page nor this service's own /docs, or ``Sec-Fetch-Site: cross-site``), and a
+    body that is not JSON (415): browsers send text/plain, forms and untyped bodies to any site
+    without asking it first (no CORS preflight), JSON never.
+
+    With SEMCACHE_ADMIN_KEY set, it is needed as a Bearer token. Without one, /admin is closed when
+    client API keys are configured (a client key must never open it); else it answers only a client
+    connected over loopback that names a loopback host, so that neither another machine nor a
+    DNS-rebinding page (which reaches 127.0.0.1 under its own name) can use it."""
+    headers = request.headers
+    host = headers.get("host", "")
+    if (
+        any(not (is_loopback_origin(origin) or _same_host(origin, host)) for origin in headers.getlist("origin"))
+        or headers.get("sec-fetch-site", "").lower() == "cross-site"
+    ):
+        raise Forbidden("/admin does not answer web pages of other sites", code="admin_cross_site")
     state = request.app.state.semcache
     expected = state.settings.admin_key
-    if not expected:
-        if state.access.configured:
-            raise Forbidden("/admin is closed: API keys are configured but SEMCACHE_ADMIN_KEY is not",
-                            code="admin_disabled")  # fmt: skip
-        return
-    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise Unauthorized("this path needs the admin key as a Bearer token", code="admin_key_required")
-    if not hmac.compare_digest(token.strip().encode(), expected.encode()):
-        raise Forbidden("wrong admin key", code="invalid_admin_key")
+    if expected:
+        token = bearer_token(headers.get("authorization"))
+        if token is None:
+            raise Unauthorized("this path needs the admin key as a Bearer token", code="admin_key_required")
+        if not same_secret(token, expected):
+            raise Forbidden("wrong admin key", code="invalid_admin_key")
+    elif state.access.configured:
+        raise Forbidden("/admin is closed: API keys are configured but SEMCACHE_ADMIN_KEY is not",
+                        code="admin_disabled")  # fmt: skip
+    elif not (_from_loopback(request) and is_loopback_host(host)):
+        raise Forbidden(
+            "without SEMCACHE_ADMIN_KEY, /admin answers only clients on this machine that call it localhost "
+            "or by a loopback address",
+            code="admin_loopback_only",
+        )
+    if _has_body(headers) and not _admin_media_type(headers.get("content-type")):
+        raise UnsupportedMediaType(
+            f"/admin takes JSON bodies (Content-Type: application/json; {_JSONL} for an import)",
+            code="unsupported_media_type",
+        )
+
+
+admin_router = APIRouter(
+    prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)], route_class=BoundedJsonRoute
+)
+
+
+def is_loopback_address(address: str) -> bool:
+    """Whether an IP address is this machine's: 127.0.0.0/8 or ::1 (IPv4-mapped too); never a name."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a ``Host`` header, or the host of an origin, names this machine: localhost or a name
+    under .localhost (which browsers resolve to loopback themselves), 127.x.x.x or [::1], with any
+    port. A name that merely starts with one of these (127.0.0.1.evil.example) is not loopback."""
+    match = _HOST.fullmatch(host)
+    if match is None:
+        return False
+    if match["ipv6"] is not None:
+        return ":" in match["ipv6"] and is_loopback_address(match["ipv6"])
+    name = match["name"].lower().removesuffix(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.IPv4Address(name).is_loopback  # four decimal parts only: not 2130706433, 0x7f.1
+    except ValueError:
+        return False
+
+
+def is_loopback_origin(origin: str) -> bool:
+    """Whether an ``Origin`` header is a page served from this machine (``null`` is not)."""
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and not parts.path and is_loopback_host(parts.netloc)
+
+
+def _same_host(origin: str, host: str) -> bool:
+    """Whether a page came from the host the request names: this service's own /docs. A rebinding
+    page passes this too, and then meets the key or the loopback check, as every request does."""
+    match = _HOST.fullmatch(host)
+    if match is None:
+        return False
+    name = (match["ipv6"] or match["name"]).lower().removesuffix(".")
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and not parts.path and parts.hostname == name
+
+
+def _from_loopback(request: Request) -> bool:
+    """Whether the TCP peer is on this machine (``semcache serve`` keeps uvicorn from replacing it
+    with an X-Forwarded-For address)."""
+    return request.client is not None and is_loopback_address(request.client.host)
+
+
+def _has_body(headers: Headers) -> bool:
+    length = headers.get("content-length")
+    return "transfer-encoding" in headers or (length is not None and length.strip() not in ("", "0"))
+
+
+def _admin_media_type(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return declares_json(content_type) or media == _JSONL
 
 
 class NamespaceConfigUpdate(BaseModel):
@@ -74,14 +173,15 @@ def _namespace_config(pipeline: Pipeline, namespace: str) -> dict[str, Any]:
     }
 
 
-@admin_router.get("/namespaces/{namespace}/config", dependencies=[Depends(require_admin)],
-                  summary="The quality settings in force for a namespace")  # fmt: skip
+@admin_router.get("/namespaces/{namespace}/config", summary="The quality settings in force for a namespace")
 async def get_namespace_config(namespace: str, request: Request) -> dict[str, Any]:
     return _namespace_config(pipeline_of(request), validate_namespace(namespace))
 
 
-@admin_router.put("/namespaces/{namespace}/config", dependencies=[Depends(require_admin)],
-                  summary="Change a namespace's threshold and guards; takes effect at once and persists")  # fmt: skip
+@admin_router.put(
+    "/namespaces/{namespace}/config",
+    summary="Change a namespace's threshold and guards; takes effect at once and persists",
+)
 async def put_namespace_config(namespace: str, update: NamespaceConfigUpdate, request: Request) -> dict[str, Any]:
     pipeline = pipeline_of(request)
     validate_namespace(namespace)
@@ -94,8 +194,7 @@ async def put_namespace_config(namespace: str, update: NamespaceConfigUpdate, re
     return _namespace_config(pipeline, namespace)
 
 
-@admin_router.get("/decisions", dependencies=[Depends(require_admin)],
-                  summary="Recent semantic lookups: query, best candidate, similarity, guards, decision")  # fmt: skip
+@admin_router.get("/decisions", summary="Recent semantic lookups: query, best candidate, similarity, guards, decision")
 async def decisions(
     request: Request,
     limit: int = Query(100, ge=1, le=10_000),

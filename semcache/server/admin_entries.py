@@ -1,6 +1,6 @@
 """The admin API for entries: list and search, delete, flush, export and import, and reloading the
-templates. Every path needs the admin key whenever one is configured; the work is done by
-``semcache.management.EntryAdmin``.
+templates. Every path goes through ``admin.require_admin`` (the admin key when one is configured,
+else loopback only; JSON or JSONL bodies only); the work is done by ``semcache.management.EntryAdmin``.
 """
 
 from __future__ import annotations

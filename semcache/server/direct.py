@@ -17,10 +17,11 @@ from typing import Generic, TypeVar
 
 from fastapi import Request, Response
 from pydantic import BaseModel
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import SemcacheError
-from .errors import error_response, internal_error_response
+from .errors import client_gone_response, error_response, internal_error_response
 from .limits import BoundedJsonRequest, declares_json
 
 log = logging.getLogger("semcache.server")
@@ -47,9 +48,14 @@ class DirectRoute(Generic[BodyT]):
             await self.app(scope, receive, send)
             return
         request = BoundedJsonRequest(scope, receive)
-        body = await self._valid_body(request)
+        try:
+            body = await self._valid_body(request)
+            read = await request.body() if body is None else b""
+        except ClientDisconnect:  # it left before its body was in
+            await client_gone_response()(scope, receive, send)
+            return
         if body is None:  # FastAPI's path says what is wrong
-            await self.app(scope, _replay(await request.body(), receive), send)
+            await self.app(scope, _replay(read, receive), send)
             return
         try:
             response = await self.endpoint(body, request)
@@ -65,6 +71,8 @@ class DirectRoute(Generic[BodyT]):
             return None
         try:
             return self.model.model_validate(await request.json())
+        except ClientDisconnect:
+            raise
         except Exception:  # not BaseException: a body over its size limit still ends the request
             return None
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from ..errors import SemcacheError, openai_error_body
 from ..logs import REQUEST_ID_HEADER, current_request_id
@@ -38,8 +39,19 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+# nginx's status for a client that closed its connection before the answer: nothing is sent, but
+# the access line says so (request_context.py).
+CLIENT_CLOSED_REQUEST = 499
+
+
 def error_response(error: SemcacheError) -> JSONResponse:
     return JSONResponse(error.to_openai(), status_code=error.status_code, headers=error.headers)
+
+
+def client_gone_response() -> Response:
+    """The answer to a client that left while its request body was being read: nobody receives it,
+    and the request is no failure of semcache's (no 500, no traceback)."""
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -51,8 +63,14 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(openai_error_body(_describe(exc), "invalid_request_error", _code(exc)), status_code=400)
 
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        return client_gone_response()
+
     @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        if isinstance(exc.__cause__, ClientDisconnect):
+            return client_gone_response()  # FastAPI wraps it too, when it reads a body to validate
         if isinstance(exc.__cause__, SemcacheError):
             # FastAPI wraps whatever the body parser raised (wire.parse_json_body) in a generic 400.
             return error_response(exc.__cause__)

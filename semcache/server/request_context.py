@@ -1,6 +1,10 @@
 """Every request gets an id: the client's ``X-Request-Id`` when it is sane, else a fresh one. It is
 bound for the whole request (so every log line carries it), sent back in ``X-Request-Id``, and the
-request ends with one log line: method, path, status, duration and the cache's verdict."""
+request ends with one log line: method, path, status, duration and the cache's verdict.
+
+A client that left before its answer was complete is logged with status 499, "client closed
+request" (as nginx does), whatever the answer's own status was; one whose body did not arrive in
+time, with the 408 that ``protocol.py`` sent it itself."""
 
 from __future__ import annotations
 
@@ -12,8 +16,14 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..logs import REQUEST_ID_HEADER, accept_request_id, bind_request_id, unbind_request_id
+from .errors import CLIENT_CLOSED_REQUEST
 
 log = logging.getLogger("semcache.access")
+
+# Set in a request's scope by the HTTP protocol when it answered the request itself (a 408).
+ANSWERED_BY_PROTOCOL = "semcache.answered_by_protocol"
+# Statuses that need a word in the access line: neither is a route's answer.
+_EXPLAINED = {408: "request timeout", CLIENT_CLOSED_REQUEST: "client closed request"}
 
 # Polled by load balancers and scrapers: their lines go to debug, not to every operator's screen.
 _QUIET_PATHS = frozenset({"/healthz", "/metrics"})
@@ -32,7 +42,7 @@ class RequestContext:
         request_id = accept_request_id(Headers(scope=scope).get(REQUEST_ID_HEADER))
         token = bind_request_id(request_id)
         started = time.perf_counter()
-        response: dict[str, Any] = {"status": 500}
+        response: dict[str, Any] = {"status": 500, "complete": False}
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -40,6 +50,8 @@ class RequestContext:
                 headers[REQUEST_ID_HEADER] = request_id
                 response.update(status=message["status"], semcache=headers.get("x-semcache"),
                                 tier=headers.get("x-semcache-tier"))  # fmt: skip
+            elif not message.get("more_body", False):
+                response["complete"] = True
             await send(message)
 
         try:
@@ -49,6 +61,10 @@ class RequestContext:
             # (which ends with the request).
             _log_request(scope, response, time.perf_counter() - started)
             raise
+        if not response["complete"]:
+            # The app returned without finishing its answer: only when the client left (a stream
+            # stops when it does; uvicorn reports any other case itself).
+            response["status"] = CLIENT_CLOSED_REQUEST
         _log_request(scope, response, time.perf_counter() - started)
         unbind_request_id(token)
 
@@ -58,7 +74,7 @@ def _log_request(scope: Scope, response: dict[str, Any], seconds: float) -> None
     fields = {
         "method": scope.get("method"),
         "path": path,
-        "status": response["status"],
+        "status": scope.get(ANSWERED_BY_PROTOCOL) or response["status"],
         "duration_ms": round(seconds * 1000, 2),
         "client": (scope.get("client") or ("",))[0],
     }
@@ -67,4 +83,8 @@ def _log_request(scope: Scope, response: dict[str, Any], seconds: float) -> None
     if response.get("tier"):
         fields["tier"] = response["tier"]
     level = logging.DEBUG if path in _QUIET_PATHS else logging.INFO
-    log.log(level, "%s %s %d", fields["method"], path, fields["status"], extra=fields)
+    explained = _EXPLAINED.get(fields["status"])
+    if explained is None:
+        log.log(level, "%s %s %d", fields["method"], path, fields["status"], extra=fields)
+    else:
+        log.log(level, "%s %s %d %s", fields["method"], path, fields["status"], explained, extra=fields)

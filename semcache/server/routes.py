@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -10,8 +9,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidRequest, NotReady, SemcacheError, StoreUnavailable, openai_error_body
 from ..keys import user_id
@@ -19,6 +19,7 @@ from ..pipeline import Lookup, Pipeline, RequestControls
 from ..wire import ChatCompletionRequest
 from .errors import error_response
 from .limits import BoundedJsonRoute, RequestBounds
+from .monitoring import require_metrics_key
 
 log = logging.getLogger("semcache.server")
 router = APIRouter(route_class=BoundedJsonRoute)
@@ -54,7 +55,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     RequestBounds.from_settings(state.settings).check(body)
     namespace = namespace_of(request)
     if state.rate_limiter is not None:
-        state.rate_limiter.admit(_client_id(request, namespace))
+        state.rate_limiter.admit(state.access.rate_limit_key(request.headers.get("authorization"), namespace))
     lookup = await pipeline.lookup(body, namespace, _controls(request, body))
     upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
     try:
@@ -100,7 +101,12 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
 
 
-@router.get("/stats", summary="Hit-rate statistics: of every replica together with --store redis")
+@router.get(
+    "/stats",
+    summary="Hit-rate statistics: of every replica together with --store redis",
+    description="With API keys configured, needs the metrics key or the admin key as a Bearer token.",
+    dependencies=[Depends(require_metrics_key)],
+)
 async def stats(request: Request) -> dict[str, Any]:
     state = _state(request)
     replica = state.replica
@@ -145,14 +151,6 @@ def namespace_of(request: Request) -> str:
     return str(access.namespace_for(request.headers.get("authorization"), request.headers.get("x-semcache-namespace")))
 
 
-def _client_id(request: Request, namespace: str) -> str:
-    """Who a rate limit applies to: the API key (hashed, never kept in clear), else the namespace."""
-    authorization = request.headers.get("authorization")
-    if authorization:
-        return "key:" + hashlib.sha256(authorization.encode()).hexdigest()[:32]
-    return "namespace:" + namespace
-
-
 def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
     directives = {part.strip().lower() for part in request.headers.get("cache-control", "").split(",")}
     ttl_header = request.headers.get("x-semcache-ttl")
@@ -186,9 +184,23 @@ def _outcome_headers(lookup: Lookup) -> dict[str, str]:
 def _sse(
     chunks: AsyncIterator[dict[str, Any]], headers: dict[str, str], first: dict[str, Any] | None = None
 ) -> StreamingResponse:
-    return StreamingResponse(
+    return _ClosingStreamingResponse(
         _sse_events(chunks, first), media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
     )
+
+
+class _ClosingStreamingResponse(StreamingResponse):
+    """Closes its events when it ends, however it ends. A client that leaves while an event is being
+    sent stops the response with the events paused at a ``yield``; closed here, in the request's own
+    task, they release the upstream call at once, not whenever the garbage collector gets to them."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None) -> AsyncIterator[str]:

@@ -159,7 +159,10 @@ class ResilientUpstream:
                     if remaining is not None and remaining <= 0:
                         raise UpstreamUnavailable("the upstream took longer than the total timeout", status_code=504)
                     try:
-                        chunk = await asyncio.wait_for(anext(chunks), remaining)
+                        # In this task, not wait_for's own: a client that leaves cancels the read
+                        # here, and ``chunks`` has stopped when the ``finally`` below closes it.
+                        async with asyncio.timeout(remaining):
+                            chunk = await anext(chunks)
                     except StopAsyncIteration:
                         break
                     except TimeoutError as exc:
