@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TextIO
-from urllib.parse import urlsplit
 
 import httpx
 import typer
@@ -138,13 +137,14 @@ def serve(
         http=http_protocol(settings.max_header_bytes, settings.max_header_count) or "h11",
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.http_keep_alive_s,
+        # Past this, SIGTERM ends the requests still in progress: a long relay never holds a shutdown.
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
 
 
 def _secrets(settings: Settings, client_keys: list[str]) -> list[str | None]:
     """Every secret the configuration holds, for the log redactor to blank out."""
-    passwords = [urlsplit(url).password for url in (settings.redis_url, settings.upstream_url)]
-    return [settings.upstream_api_key, settings.admin_key, *passwords, *client_keys]
+    return [*settings.secrets(), *client_keys]
 
 
 @app.command(
