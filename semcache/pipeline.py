@@ -588,7 +588,7 @@ class _StreamedAnswer:
                 self.malformed = True
                 self._stop_keeping()
             if self.malformed or self.too_large:
-                continue
+                return  # it will not be cached: nothing more to learn from the rest
             content = delta.get("content")
             if isinstance(content, str) and self._keep(content):
                 self.pieces.append(content)
@@ -662,8 +662,12 @@ def _tool_call_answer(response: dict[str, Any], max_bytes: int) -> list[dict[str
     if not all(isinstance(c.get("function"), dict) and c.get("id") for c in calls):
         return None
     arguments = [c["function"].get("arguments") for c in calls]
-    texts = [_message_text(response), *(a for a in arguments if isinstance(a, str))]
-    return calls if sum(map(_utf8_bytes, texts)) <= max_bytes else None
+    left = max_bytes
+    for text in (_message_text(response), *(a for a in arguments if isinstance(a, str))):
+        if not _fits(text, left):
+            return None
+        left -= _utf8_bytes(text)
+    return calls
 
 
 def _message_text(response: dict[str, Any]) -> str:
@@ -685,7 +689,7 @@ def _clean_answer(response: dict[str, Any], max_bytes: int) -> str | None:
         return None
     if not _is_first_choice(choice) or not isinstance(content, str) or not content:
         return None
-    return content if _utf8_bytes(content) <= max_bytes else None
+    return content if _fits(content, max_bytes) else None
 
 
 def _carries_anything(delta: dict[str, Any]) -> bool:
@@ -697,6 +701,14 @@ def _is_first_choice(choice: dict[str, Any]) -> bool:
     """Whether a choice is the first (index 0, or no index): the only one a cached answer may have."""
     index = choice.get("index", 0)
     return index is None or (type(index) is int and index == 0)
+
+
+def _fits(text: str, max_bytes: int) -> bool:
+    """Whether ``text`` takes at most ``max_bytes`` in UTF-8, encoding it only when its length cannot
+    tell (each character takes one to four bytes): a huge answer is never encoded just to be measured."""
+    if len(text) > max_bytes:
+        return False
+    return len(text) * 4 <= max_bytes or _utf8_bytes(text) <= max_bytes
 
 
 def _utf8_bytes(text: str) -> int:

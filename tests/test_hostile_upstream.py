@@ -28,7 +28,9 @@ import openai
 import pytest
 
 from semcache.coalescing import InFlight
+from semcache.errors import UpstreamAnswerTooLarge, UpstreamStatusError
 from semcache.keys import request_key
+from semcache.logs import Redactor
 from semcache.pipeline import _clean_answer, _StreamedAnswer
 from semcache.testing.redis_server import RedisServer
 from semcache.testing.servers import SemcacheProcess
@@ -38,6 +40,8 @@ from semcache.testing.standin_upstream import (
     extra_choice_text,
     huge_answer,
 )
+from semcache.upstreams import RemoteUpstream
+from semcache.upstreams.resilience import ResilientUpstream, RetryPolicy
 from semcache.wire import ChatCompletionRequest
 
 pytestmark = pytest.mark.slow
@@ -360,6 +364,54 @@ def test_a_flight_that_stops_sharing_keeps_only_what_its_followers_have_not_read
         assert [chunk async for chunk in follower] == [{"n": 4}]
         await flight.publish({"n": 5})
         assert flight.chunks == []  # no follower left: nothing is kept
+
+    asyncio.run(main())
+
+
+def test_the_remote_upstream_refuses_a_body_over_its_bound_with_or_without_a_length(standin: StandinUpstream) -> None:
+    async def main() -> None:
+        remote = RemoteUpstream(standin.base_url, max_response_bytes=4096)
+        upstream = ResilientUpstream(remote, retry=RetryPolicy(max_attempts=3, base_delay_s=0))
+        body = {"model": "m", "messages": messages("Long, please.")}
+        try:
+            standin.set_fault(answer_bytes=5000)  # sent in pieces: counted as it arrives
+            with pytest.raises(UpstreamAnswerTooLarge):
+                await upstream.complete(body, {})
+            standin.set_fault()
+            standin.state.answers["Long, please."] = "x" * 5000  # one body with its Content-Length
+            with pytest.raises(UpstreamAnswerTooLarge) as refused:
+                await upstream.complete(body, {})
+            assert refused.value.status_code == 502 and "too large" in refused.value.to_openai()["error"]["message"]
+            assert standin.chat_calls() == 2  # never retried
+            assert upstream.breaker.state == "closed"
+            standin.state.answers["Long, please."] = "x" * 3000
+            assert (await upstream.complete(body, {}))["choices"][0]["message"]["content"] == "x" * 3000
+        finally:
+            standin.state.answers.clear()
+            await upstream.close()
+
+    asyncio.run(main())
+
+
+def test_the_remote_upstream_scrubs_what_its_errors_relay(standin: StandinUpstream) -> None:
+    async def main() -> None:
+        secret = "plain-words-secret"  # no pattern knows it: only the configured secrets do
+        remote = RemoteUpstream(standin.base_url, api_key=secret, redact=Redactor([secret]))
+        body = {"model": "m", "messages": messages("Who am I?")}
+        try:
+            standin.set_fault(status=429, echo_authorization=True, retry_after="1, sk-not-a-date")
+            with pytest.raises(UpstreamStatusError) as refused:
+                await remote.complete(body, {})
+            message = refused.value.to_openai()["error"]["message"]
+            assert secret not in message and message.startswith("Incorrect API key provided:")
+            assert "Retry-After" not in refused.value.headers  # neither seconds nor a date
+            standin.set_fault(error_after_chunks=1, echo_authorization=True)
+            with pytest.raises(UpstreamStatusError) as mid_stream:
+                async for _ in remote.stream(body, {}):
+                    pass
+            assert secret not in json.dumps(mid_stream.value.to_openai())
+        finally:
+            await remote.close()
 
     asyncio.run(main())
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import httpx
 from pydantic_core import from_json
@@ -18,8 +18,10 @@ _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
 # Where SSE lines end (CRLF, LF or CR, and nothing else), and the longest line kept while it arrives.
 _SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
 MAX_SSE_LINE_BYTES = 8 * 1024 * 1024
-# JSON this long is parsed in a worker thread, so that the event loop is free before and after it.
+# JSON this long is parsed and checked in a worker thread, so that the event loop is free before
+# and after it.
 _PARSE_OFF_LOOP_BYTES = 256 * 1024
+_T = TypeVar("_T")
 # An error body longer than this is not read to its end, nor relayed: no real error needs more.
 _MAX_ERROR_BODY_BYTES = 64 * 1024
 # Retry-After values passed on to the client: seconds, or an HTTP date; nothing else an upstream sends.
@@ -67,13 +69,8 @@ class RemoteUpstream:
 
     async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         request = self._client.build_request("POST", "/chat/completions", json=body, headers=self._headers(headers))
-        try:
-            answer = await _parse_json(await self._send(request))
-        except ValueError as exc:
-            raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
-        if not isinstance(answer, dict) or not _well_formed_choices(answer.get("choices"), "message"):
-            raise UpstreamUnavailable("the upstream sent a response without well-formed choices")
-        return answer
+        data = await self._send(request)
+        return await _off_loop_if_large(_completion, data, len(data))
 
     async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         request = self._client.build_request(
@@ -97,8 +94,9 @@ class RemoteUpstream:
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         request = self._client.build_request("GET", "/models", headers=self._headers(headers))
+        data = await self._send(request)
         try:
-            models = await _parse_json(await self._send(request))
+            models = await _off_loop_if_large(_json, data, len(data))
         except ValueError as exc:
             raise UpstreamUnavailable("the upstream sent a model list that is not JSON") from exc
         if not isinstance(models, dict):
@@ -158,18 +156,10 @@ async def parse_sse(body: AsyncIterator[bytes], redact: Redactor = _PATTERNS_ONL
         data = line[5:].strip()
         if data == b"[DONE]":
             return
-        try:
-            chunk = await _parse_json(data)
-        except ValueError as exc:
-            raise UpstreamUnavailable("the upstream sent a malformed stream event") from exc
-        if not isinstance(chunk, dict):
-            raise UpstreamUnavailable("the upstream sent a stream event that is not an object")
+        chunk = await _off_loop_if_large(_stream_event, data, len(data))
         if "error" in chunk:
-            raise UpstreamStatusError(
-                "the upstream reported an error mid-stream", status_code=502, body=redact.scrub(chunk)
-            )
-        if "choices" in chunk and not _well_formed_choices(chunk["choices"], "delta"):
-            raise UpstreamUnavailable("the upstream sent a stream event without well-formed choices")
+            scrubbed = await _off_loop_if_large(redact.scrub, chunk, len(data))
+            raise UpstreamStatusError("the upstream reported an error mid-stream", status_code=502, body=scrubbed)
         yield chunk
     raise UpstreamUnavailable("the upstream stream ended before [DONE]")
 
@@ -218,11 +208,35 @@ async def _error_body(response: httpx.Response) -> bytes | None:
         return None  # the status says enough
 
 
-async def _parse_json(data: bytes) -> Any:
-    """``_json(data)``, in a worker thread when ``data`` is long."""
-    if len(data) >= _PARSE_OFF_LOOP_BYTES:
-        return await asyncio.to_thread(_json, data)
-    return _json(data)
+async def _off_loop_if_large(work: Callable[[Any], _T], value: Any, size: int) -> _T:
+    """``work(value)``, in a worker thread when ``size`` (the bytes it came from) is large."""
+    if size >= _PARSE_OFF_LOOP_BYTES:
+        return await asyncio.to_thread(work, value)
+    return work(value)
+
+
+def _completion(data: bytes) -> dict[str, Any]:
+    """A non-streamed answer: a JSON object with well-formed choices."""
+    try:
+        answer = _json(data)
+    except ValueError as exc:
+        raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
+    if not isinstance(answer, dict) or not _well_formed_choices(answer.get("choices"), "message"):
+        raise UpstreamUnavailable("the upstream sent a response without well-formed choices")
+    return answer
+
+
+def _stream_event(data: bytes) -> dict[str, Any]:
+    """One stream event: a JSON object, an error or with well-formed choices, if any."""
+    try:
+        chunk = _json(data)
+    except ValueError as exc:
+        raise UpstreamUnavailable("the upstream sent a malformed stream event") from exc
+    if not isinstance(chunk, dict):
+        raise UpstreamUnavailable("the upstream sent a stream event that is not an object")
+    if "error" not in chunk and "choices" in chunk and not _well_formed_choices(chunk["choices"], "delta"):
+        raise UpstreamUnavailable("the upstream sent a stream event without well-formed choices")
+    return chunk
 
 
 def _json(data: bytes) -> Any:
