@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TextIO
-from urllib.parse import urlsplit
 
 import httpx
 import typer
@@ -151,6 +150,8 @@ def serve(
         # /admin without a key trusts the TCP peer's address: uvicorn would otherwise replace it with
         # X-Forwarded-For from any peer that FORWARDED_ALLOW_IPS names.
         proxy_headers=False,
+        # Past this, SIGTERM ends the requests still in progress: a long relay never holds a shutdown.
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
 
 
@@ -170,8 +171,7 @@ def _admin_warning(settings: Settings, client_keys: bool) -> str | None:
 
 def _secrets(settings: Settings, client_keys: list[str]) -> list[str | None]:
     """Every secret the configuration holds, for the log redactor to blank out."""
-    passwords = [urlsplit(url).password for url in (settings.redis_url, settings.upstream_url)]
-    return [settings.upstream_api_key, settings.admin_key, settings.metrics_key, *passwords, *client_keys]
+    return [*settings.secrets(), *client_keys]
 
 
 @app.command(

@@ -14,6 +14,7 @@
     ├── StoreUnavailable          503  the store cannot be reached (Redis) or written (a full disk)
     └── UpstreamError             the upstream failed; status mirrors what the client should see
         ├── UpstreamUnavailable   502/504  connection refused, timed out, or a broken response
+        ├── UpstreamAnswerTooLarge  502    an answer larger than semcache relays; never retried
         └── UpstreamStatusError   the upstream answered with an HTTP error; its status is passed on
 
 Foreign exceptions (httpx, sqlite3, pydantic) are translated at the boundary with
@@ -117,6 +118,13 @@ class UpstreamError(SemcacheError):
 
 class UpstreamUnavailable(UpstreamError):
     code = "upstream_unavailable"
+
+
+class UpstreamAnswerTooLarge(UpstreamError):
+    """The upstream's answer is larger than semcache relays. It answered: a retry would only fetch
+    another answer as large, and the upstream is not unwell for it."""
+
+    code = "upstream_response_too_large"
 
 
 class UpstreamStatusError(UpstreamError):

@@ -39,8 +39,10 @@ from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion
 log = logging.getLogger("semcache.pipeline")
 _T = TypeVar("_T")
 
-# Streamed hits are replayed in pieces of about this many characters.
+# Streamed hits are replayed in pieces of about this many characters, in at most this many pieces:
+# a long answer in longer pieces, with the event loop free between them.
 _REPLAY_PIECE_CHARS = 24
+_REPLAY_MAX_PIECES = 256
 # After a wrong semantic hit at cosine s, the entry is served only from s + this margin.
 _FEEDBACK_MARGIN = 0.005
 # How many times a request may find its leader failed and try again (the last try leads).
@@ -50,6 +52,8 @@ _PADDING_JITTER = 0.2
 # Texts longer than this are searched for instructions about the answer in a worker thread
 # (about a second per megabyte), so that the event loop never waits for them.
 _INLINE_SCAN_CHARS = 4_000
+# Token counts of more text than this (prompt and answer together) are taken in a worker thread.
+_INLINE_COUNT_CHARS = 16_000
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ class Pipeline:
     cache_answer_instructions: bool = False  # cache prompts that tell the model what to answer
     coalesce: bool = True
     coalesce_wait_s: float = 30.0  # longest a semantic match waits for a similar request in flight
+    max_answer_bytes: int = 1_000_000  # longest answer stored, in UTF-8 bytes; longer ones are only relayed
     prices: PriceTable = field(default_factory=PriceTable)  # to estimate the money hits saved
     observer: Observer = field(default_factory=NullObserver)  # metrics hooks
     clock: Callable[[], float] = time.time
@@ -228,11 +233,11 @@ class Pipeline:
             threshold = max(threshold, policy.threshold_for(key.language))
         return self.templates.lookup_semantic(key, vector, self.embedding_model(key), threshold)
 
-    def record(self, lookup: Lookup) -> None:
+    async def record(self, lookup: Lookup) -> None:
         self.stats.record(lookup.namespace, lookup.outcome, lookup.tier)
         self.observer.request(lookup.namespace, lookup.outcome, lookup.tier)
         if lookup.hit is not None:
-            self._record_saved(lookup, self._usage(lookup))
+            self._record_saved(lookup, await self._usage(lookup))
         # Relayed answers of another request's upstream call are counted once they are known.
 
     def record_error(self, namespace: str) -> None:
@@ -259,13 +264,14 @@ class Pipeline:
         if remaining_s > 0:
             await asyncio.sleep(remaining_s)
 
-    def hit_response(self, lookup: Lookup) -> dict[str, Any]:
+    async def hit_response(self, lookup: Lookup) -> dict[str, Any]:
         assert lookup.hit is not None
         request = lookup.request
         calls = lookup.hit.tool_calls
+        usage = await self._usage(lookup)
         return chat_completion(
             response_id=self._served_id(lookup), model=request.model, content=lookup.hit.answer,
-            usage=self._usage(lookup), finish_reason="tool_calls" if calls else "stop", tool_calls=calls,
+            usage=usage, finish_reason="tool_calls" if calls else "stop", tool_calls=calls,
         )  # fmt: skip
 
     async def hit_stream(self, lookup: Lookup) -> AsyncIterator[dict[str, Any]]:
@@ -275,16 +281,20 @@ class Pipeline:
         yield chat_chunk(
             response_id=response_id, model=model, created=created, delta={"role": "assistant", "content": ""}
         )
-        for start in range(0, len(answer), _REPLAY_PIECE_CHARS):
-            piece = answer[start : start + _REPLAY_PIECE_CHARS]
+        piece_chars = max(_REPLAY_PIECE_CHARS, -(-len(answer) // _REPLAY_MAX_PIECES))
+        for start in range(0, len(answer), piece_chars):
+            piece = answer[start : start + piece_chars]
             yield chat_chunk(response_id=response_id, model=model, created=created, delta={"content": piece})
+            if piece_chars > _REPLAY_PIECE_CHARS:
+                await asyncio.sleep(0)  # a long answer: let other requests in between its pieces
         if lookup.hit.tool_calls:
             calls = [{"index": n, **call} for n, call in enumerate(lookup.hit.tool_calls)]
             yield chat_chunk(response_id=response_id, model=model, created=created, delta={"tool_calls": calls})
             finish_reason = "tool_calls"
         yield chat_chunk(response_id=response_id, model=model, created=created, delta={}, finish_reason=finish_reason)
         if lookup.request.include_usage_in_stream():
-            yield usage_chunk(response_id=response_id, model=model, created=created, usage=self._usage(lookup))
+            usage = await self._usage(lookup)
+            yield usage_chunk(response_id=response_id, model=model, created=created, usage=usage)
 
     def _served_id(self, lookup: Lookup) -> str:
         """A fresh response id, remembered so that the client can report the hit as wrong."""
@@ -328,16 +338,20 @@ class Pipeline:
             self.semantic.add_negative(negative)
         return served
 
-    def _usage(self, lookup: Lookup) -> dict[str, int]:
+    async def _usage(self, lookup: Lookup) -> dict[str, int]:
         """The hit's token counts, counted once: its response and the savings both need them."""
         if lookup.usage is None:
             assert lookup.hit is not None
-            lookup.usage = self._count_tokens(lookup, lookup.hit.answer)
+            lookup.usage = await self._count_tokens(lookup, lookup.hit.answer)
         return lookup.usage
 
-    def _count_tokens(self, lookup: Lookup, answer: str) -> dict[str, int]:
+    async def _count_tokens(self, lookup: Lookup, answer: str) -> dict[str, int]:
+        """Prompt and answer tokens; a long text's in a worker thread (tiktoken lets go of the GIL)."""
         messages = [m.model_dump(exclude_none=True) for m in lookup.request.messages]
-        return self.tokens.usage(messages, answer, lookup.request.model)
+        count = functools.partial(self.tokens.usage, messages, answer, lookup.request.model)
+        if len(answer) + lookup.request.content_chars() > _INLINE_COUNT_CHARS:
+            return await asyncio.to_thread(count)
+        return count()
 
     # -- misses ------------------------------------------------------------------------------
 
@@ -354,13 +368,13 @@ class Pipeline:
                     done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
                 except (SemcacheError, TimeoutError):
                     continue  # the leader failed or stalled: try again, perhaps as the leader
-                followed = self._followed_response(lookup, done)
+                followed = await self._followed_response(lookup, done)
                 if followed is not None:
                     return followed
             if not semantic_tried:
                 semantic_tried = True
                 if await self._wait_for_similar(lookup):
-                    return self.hit_response(lookup)
+                    return await self.hit_response(lookup)
             flight = self.inflight.lead(key, lookup.vector, streamed=False)
             try:
                 return await self._lead(lookup, headers, flight)
@@ -417,10 +431,10 @@ class Pipeline:
             started = time.perf_counter()
             response = await self.upstream.complete(body, headers)
             self.observer.stage("upstream_total", time.perf_counter() - started)
-            answer = _clean_answer(response)
+            answer = _clean_answer(response, self.max_answer_bytes)
             if answer is not None:
                 await self._store(lookup, answer)
-            elif self.cache_tool_calls and (calls := _tool_call_answer(response)) is not None:
+            elif self.cache_tool_calls and (calls := _tool_call_answer(response, self.max_answer_bytes)) is not None:
                 await self._store(lookup, _message_text(response), tool_calls=calls)
             if flight is not None:
                 await flight.finish(response=response, text=answer or "", cacheable=answer is not None)
@@ -433,7 +447,7 @@ class Pipeline:
     async def _lead_stream(
         self, lookup: Lookup, headers: dict[str, str], flight: Flight | None
     ) -> AsyncIterator[dict[str, Any]]:
-        answer = _StreamedAnswer()
+        answer = _StreamedAnswer(self.max_answer_bytes)
         started, first = time.perf_counter(), True
         try:
             async for chunk in self.upstream.stream(lookup.request.upstream_body(), headers):
@@ -442,6 +456,8 @@ class Pipeline:
                     first = False
                 answer.add(chunk)
                 if flight is not None:
+                    if answer.too_large and flight.sharing:
+                        flight.stop_sharing()  # never held whole: only its followers' unread chunks are kept
                     await flight.publish(chunk)
                 yield chunk
             self.observer.stage("upstream_total", time.perf_counter() - started)
@@ -464,7 +480,7 @@ class Pipeline:
                     self._mark_followed(lookup, flight)
                 yield chunk
             if lookup.coalesced_tier is not None:
-                self._record_saved(lookup, self._count_tokens(lookup, flight.text))
+                self._record_saved(lookup, await self._count_tokens(lookup, flight.text))
             return
         done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
         if not done.cacheable:
@@ -474,17 +490,17 @@ class Pipeline:
         async for chunk in self.hit_stream(lookup):
             yield chunk
 
-    def _followed_response(self, lookup: Lookup, flight: Flight) -> dict[str, Any] | None:
+    async def _followed_response(self, lookup: Lookup, flight: Flight) -> dict[str, Any] | None:
         """The leader's answer as one response, or None when it cannot be shared in this mode."""
         if flight.response is not None:
             self._mark_followed(lookup, flight)
-            self._record_saved(lookup, self._count_tokens(lookup, flight.text))
+            self._record_saved(lookup, await self._count_tokens(lookup, flight.text))
             return flight.response
         if not flight.cacheable:
             return None
         self._mark_followed(lookup, flight)
         lookup.hit = Hit(tier="exact", answer=flight.text, matched_prompt=flight.key.prompt)
-        return self.hit_response(lookup)
+        return await self.hit_response(lookup)
 
     def _mark_followed(self, lookup: Lookup, flight: Flight) -> None:
         lookup.coalesced_tier = "exact"
@@ -565,26 +581,54 @@ class Pipeline:
 
 
 class _StreamedAnswer:
-    """What a stream said so far, and whether it may be cached."""
+    """What a stream said so far, and whether it may be cached.
 
-    def __init__(self) -> None:
+    Only a clean answer may be: one choice, index 0, with nothing after its ``finish_reason`` (in the
+    same chunk as the last content is fine), and at most ``max_bytes`` of text. Once it cannot be
+    cached, its text is no longer kept: a huge or malformed stream is relayed, never held.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
         self.pieces: list[str] = []
+        self.kept_bytes = 0  # UTF-8 bytes of the text and tool call arguments kept
         self.finish_reasons: list[str] = []
         self.tool_calls = False  # anything but plain text: tool or function calls, a refusal
         self.other = False  # a function call or a refusal: never cached
         self.calls: dict[int, dict[str, Any]] = {}  # tool calls assembled from their deltas
+        self.too_large = False  # more than max_bytes
+        self.malformed = False  # a choice other than index 0, or a delta after the finish_reason
 
     def add(self, chunk: dict[str, Any]) -> None:
         for choice in _dicts_of(chunk.get("choices")):
             delta = _dict_field(choice, "delta")
-            if isinstance(delta.get("content"), str):
-                self.pieces.append(delta["content"])
+            if not _is_first_choice(choice) or (self.finish_reasons and _carries_anything(delta)):
+                self.malformed = True
+                self._stop_keeping()
+            if self.malformed or self.too_large:
+                return  # it will not be cached: nothing more to learn from the rest
+            content = delta.get("content")
+            if isinstance(content, str) and self._keep(content):
+                self.pieces.append(content)
             self.other = self.other or bool(delta.get("function_call") or delta.get("refusal"))
             self.tool_calls = self.tool_calls or self.other or bool(delta.get("tool_calls"))
             for piece in _dicts_of(delta.get("tool_calls")):
                 self._merge_call(piece)
             if choice.get("finish_reason"):
                 self.finish_reasons.append(choice["finish_reason"])
+
+    def _keep(self, text: str) -> bool:
+        """Count ``text`` in; False once the answer is too large to keep."""
+        self.kept_bytes += _utf8_bytes(text)
+        if self.kept_bytes > self.max_bytes and not self.too_large:
+            self.too_large = True
+            self._stop_keeping()
+        return not self.too_large
+
+    def _stop_keeping(self) -> None:
+        """It will not be cached: let go of what was kept."""
+        self.pieces.clear()
+        self.calls.clear()
 
     def _merge_call(self, piece: dict[str, Any]) -> None:
         call = self.calls.setdefault(int(piece.get("index") or 0), {"function": {"name": "", "arguments": ""}})
@@ -593,12 +637,12 @@ class _StreamedAnswer:
                 call[field_name] = piece[field_name]
         function = _dict_field(piece, "function")
         for part in ("name", "arguments"):
-            if isinstance(function.get(part), str):
+            if isinstance(function.get(part), str) and self._keep(function[part]):
                 call["function"][part] += function[part]
 
     def tool_call_answer(self) -> list[dict[str, Any]] | None:
         """The tool calls, when the stream ended cleanly with nothing but them (and maybe text)."""
-        if self.finish_reasons != ["tool_calls"] or self.other or not self.calls:
+        if self.finish_reasons != ["tool_calls"] or self.other or self.malformed or self.too_large or not self.calls:
             return None
         calls = [self.calls[index] for index in sorted(self.calls)]
         return calls if all(c.get("id") and c["function"]["name"] for c in calls) else None
@@ -607,7 +651,8 @@ class _StreamedAnswer:
         return "".join(self.pieces)
 
     def cacheable(self) -> bool:
-        return self.finish_reasons == ["stop"] and not self.tool_calls and bool(self.text())
+        clean = not (self.tool_calls or self.malformed or self.too_large)
+        return clean and self.finish_reasons == ["stop"] and any(self.pieces)
 
 
 async def _off_loop_if_long(check: Callable[[], _T], text_chars: int) -> _T:
@@ -623,16 +668,24 @@ def _as_upstream_error(exc: BaseException) -> SemcacheError:
     return UpstreamUnavailable("the request leading this answer ended before it finished")
 
 
-def _tool_call_answer(response: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _tool_call_answer(response: dict[str, Any], max_bytes: int) -> list[dict[str, Any]] | None:
     """The tool calls of a completion that ended cleanly with them, or None."""
     choices = _dicts_of(response.get("choices"))
-    if len(choices) != 1 or choices[0].get("finish_reason") != "tool_calls":
+    if len(choices) != 1 or not _is_first_choice(choices[0]) or choices[0].get("finish_reason") != "tool_calls":
         return None
     message = _dict_field(choices[0], "message")
     calls = _dicts_of(message.get("tool_calls"))
     if not calls or message.get("refusal") or message.get("function_call"):
         return None
-    return calls if all(isinstance(c.get("function"), dict) and c.get("id") for c in calls) else None
+    if not all(isinstance(c.get("function"), dict) and c.get("id") for c in calls):
+        return None
+    arguments = [c["function"].get("arguments") for c in calls]
+    left = max_bytes
+    for text in (_message_text(response), *(a for a in arguments if isinstance(a, str))):
+        if not _fits(text, left):
+            return None
+        left -= _utf8_bytes(text)
+    return calls
 
 
 def _message_text(response: dict[str, Any]) -> str:
@@ -641,8 +694,9 @@ def _message_text(response: dict[str, Any]) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _clean_answer(response: dict[str, Any]) -> str | None:
-    """The text of a completion that is safe to cache: one choice, finished with ``stop``, no tool calls."""
+def _clean_answer(response: dict[str, Any], max_bytes: int) -> str | None:
+    """The text of a completion that is safe to cache: one choice (index 0), finished with ``stop``,
+    no tool calls, and at most ``max_bytes`` of UTF-8."""
     choices = response.get("choices")
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         return None
@@ -651,7 +705,33 @@ def _clean_answer(response: dict[str, Any]) -> str | None:
     content = message.get("content")
     if choice.get("finish_reason") != "stop" or message.get("tool_calls") or message.get("function_call"):
         return None
-    return content if isinstance(content, str) and content else None
+    if not _is_first_choice(choice) or not isinstance(content, str) or not content:
+        return None
+    return content if _fits(content, max_bytes) else None
+
+
+def _carries_anything(delta: dict[str, Any]) -> bool:
+    """Whether a stream's delta adds anything: content, a tool call, a role, ... (not just empty fields)."""
+    return any(value not in (None, "", [], {}) for value in delta.values())
+
+
+def _is_first_choice(choice: dict[str, Any]) -> bool:
+    """Whether a choice is the first (index 0, or no index): the only one a cached answer may have."""
+    index = choice.get("index", 0)
+    return index is None or (type(index) is int and index == 0)
+
+
+def _fits(text: str, max_bytes: int) -> bool:
+    """Whether ``text`` takes at most ``max_bytes`` in UTF-8, encoding it only when its length cannot
+    tell (each character takes one to four bytes): a huge answer is never encoded just to be measured."""
+    if len(text) > max_bytes:
+        return False
+    return len(text) * 4 <= max_bytes or _utf8_bytes(text) <= max_bytes
+
+
+def _utf8_bytes(text: str) -> int:
+    """The length of ``text`` in UTF-8; an ASCII text's is its length, known without encoding it."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _dicts_of(items: object) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -30,6 +31,9 @@ DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "roles", "literals")
 # Per prompt script, for the multilingual model those scripts use (README, "Hit quality", Chinese):
 # multilingual-e5-small packs its cosines into 0.8-1.0.
 DEFAULT_LANGUAGE_THRESHOLDS = {"han": 0.987, "other": 0.987}
+# The longest lifetime an entry may be given, by the ttl setting or a request's X-Semcache-TTL:
+# ten years, far inside what every store can count in milliseconds.
+MAX_TTL_S = 315_360_000
 
 
 class ModelPrice(BaseModel):
@@ -81,6 +85,12 @@ class Settings(BaseSettings):
     max_prompt_chars: int = Field(
         512_000, ge=1, description="Most characters of message text in one chat request, all messages together."
     )
+    shutdown_grace_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="How long SIGTERM waits for requests in progress (a long stream included) before it ends them.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Least severe level logged.")
     log_format: Literal["json", "text"] = Field(
         "json", description="'json': one object per line, for log pipelines; 'text': for reading in a terminal."
@@ -113,6 +123,18 @@ class Settings(BaseSettings):
     upstream_max_concurrent: int = Field(64, ge=1, description="Upstream calls in flight at once.")
     upstream_max_queued: int = Field(256, ge=0, description="Calls waiting for a slot; more get a 429.")
     upstream_max_connections: int = Field(100, ge=1, description="Size of the pooled HTTP client.")
+    max_upstream_response_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1024,
+        description="Largest non-streamed upstream answer relayed, in bytes; a larger one is a 502 that says so. "
+        "Streams are relayed chunk by chunk whatever their length.",
+    )
+    max_answer_bytes: int = Field(
+        1_000_000,
+        ge=1,
+        description="Largest answer cached, in UTF-8 bytes of its text; a larger one still reaches its client, "
+        "but is not stored.",
+    )
 
     # Storage
     data_dir: Path = Field(Path("index"), description="Folder for the SQLite entries and the FAISS index.")
@@ -128,7 +150,12 @@ class Settings(BaseSettings):
     redis_feed_max_len: int = Field(
         100_000, ge=1000, description="Change-feed events kept; a replica further behind reconciles instead."
     )
-    ttl: float = Field(7 * 24 * 3600, ge=0, description="Default entry lifetime in seconds; 0 keeps entries forever.")
+    ttl: float = Field(
+        7 * 24 * 3600,
+        ge=0,
+        le=MAX_TTL_S,
+        description="Default entry lifetime in seconds, at most ten years; 0 keeps entries forever.",
+    )
     max_entries: int = Field(1_000_000, ge=1, description="Size bound; the least recently used entries go first.")
     sweep_interval_s: float = Field(30.0, gt=0, description="How often expired and surplus entries are removed.")
     snapshot_interval_s: float = Field(300.0, gt=0, description="How often the FAISS index is saved to disk.")
@@ -291,6 +318,11 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_trailing_slash(cls, value: str) -> str:
         return value.rstrip("/")
+
+    def secrets(self) -> list[str | None]:
+        """Every secret this configuration holds: what no log line and no relayed error may show."""
+        passwords = [urlsplit(url).password for url in (self.redis_url, self.upstream_url)]
+        return [self.upstream_api_key, self.admin_key, self.metrics_key, *passwords]
 
     @property
     def embedding_export_dir(self) -> Path:

@@ -24,6 +24,9 @@ _TOKENS_PER_REPLY = 3
 # at most this length (longer texts are rarer and would hold too much memory).
 _COUNTS_KEPT = 8192
 _LONGEST_KEPT_CHARS = 4096
+# Longer texts are encoded in pieces of about this many characters, cut before a space (where a
+# token starts anyway): encoding holds the GIL while it builds the list of a call's tokens.
+_COUNT_PIECE_CHARS = 65_536
 
 
 def seed_tiktoken_cache(cache_dir: Path) -> Path:
@@ -67,6 +70,8 @@ class TokenCounter:
         return tiktoken.get_encoding(name if name in _BUNDLED else "cl100k_base")
 
     def count_text(self, text: str, model: str) -> int:
+        if len(text) > _COUNT_PIECE_CHARS:
+            return sum(self._count(piece, model) for piece in _pieces(text))
         if len(text) > _LONGEST_KEPT_CHARS:
             return self._count(text, model)
         return self._remembered_count(text, model)
@@ -93,6 +98,19 @@ class TokenCounter:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` in pieces of about ``_COUNT_PIECE_CHARS``, each cut before a space when one is near."""
+    pieces, start = [], 0
+    while start < len(text):
+        end = start + _COUNT_PIECE_CHARS
+        if end < len(text):
+            space = text.find(" ", end, end + 1024)
+            end = space if space > 0 else end
+        pieces.append(text[start:end])
+        start = end
+    return pieces
 
 
 @dataclass(frozen=True)

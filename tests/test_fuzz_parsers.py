@@ -190,7 +190,7 @@ def read_stream(pieces: list[bytes]) -> tuple[list[dict[str, Any]], UpstreamErro
 
 
 def assert_well_formed(chunks: list[dict[str, Any]]) -> None:
-    answer = _StreamedAnswer()  # the pipeline reads every chunk; it must not fail on any
+    answer = _StreamedAnswer(max_bytes=1_000_000)  # the pipeline reads every chunk; it must not fail on any
     for chunk in chunks:
         assert isinstance(chunk, dict) and isinstance(chunk.get("choices", []), list)
         answer.add(chunk)

@@ -17,10 +17,15 @@ import openai
 import pytest
 
 from semcache.testing.standin_upstream import (
+    AFTER_FINISH_TEXT,
     GARBAGE_SSE_EVENT,
+    HUGE_PIECE_CHARS,
     Fault,
     StandinState,
     StandinUpstream,
+    extra_choice_text,
+    huge_answer,
+    huge_answer_pieces,
     last_user_text,
     split_pieces,
 )
@@ -319,6 +324,91 @@ def test_fault_set_directly_on_state(standin: StandinUpstream, client: openai.Op
     assert ask(client, "hi").choices[0].finish_reason == "length"
 
 
+# ---------------------------------------------------------------- hostile answers
+
+
+def sse_events(lines: list[str]) -> list[dict[str, object]]:
+    assert all(line.startswith("data: ") for line in lines)
+    return [json.loads(line[6:]) for line in lines if line != "data: [DONE]"]
+
+
+def test_huge_answer_pieces_make_the_whole_answer() -> None:
+    text = huge_answer(100_003)
+    assert len(text) == len(text.encode()) == 100_003  # ASCII: its bytes are its characters
+    assert "".join(huge_answer_pieces(100_003, 777)) == text
+    assert json.dumps(text) == f'"{text}"'  # nothing JSON escapes
+    assert huge_answer(0) == ""
+
+
+def test_a_huge_answer_is_sent_in_pieces_streamed_and_not(standin: StandinUpstream) -> None:
+    size = 3 * HUGE_PIECE_CHARS + 5
+    standin.set_fault(answer_bytes=size)
+    response = httpx.post(f"{standin.base_url}/chat/completions", json=chat_body("big"), timeout=10)
+    assert "content-length" not in response.headers  # sent in pieces as they are made
+    assert response.json()["choices"][0]["message"]["content"] == huge_answer(size)
+    assert response.json()["choices"][0]["finish_reason"] == "stop"
+
+    lines = raw_sse_lines(standin, chat_body("big", stream=True))
+    assert lines[-1] == "data: [DONE]"
+    deltas = [event["choices"][0]["delta"].get("content") for event in sse_events(lines)]  # type: ignore[index]
+    assert "".join(d for d in deltas if d) == huge_answer(size)
+    assert len([d for d in deltas if d]) == 4
+
+
+def test_content_after_finish_reason(standin: StandinUpstream) -> None:
+    standin.set_fault(content_after_finish=True)
+    lines = raw_sse_lines(standin, chat_body("hi", stream=True))
+    assert lines[-1] == "data: [DONE]"
+    choices = [event["choices"][0] for event in sse_events(lines)]  # type: ignore[index]
+    finished_at = next(n for n, choice in enumerate(choices) if choice["finish_reason"] == "stop")
+    assert [c["delta"] for c in choices[finished_at + 1 :]] == [{"content": AFTER_FINISH_TEXT}]
+
+
+def test_extra_choices_and_the_choice_index(standin: StandinUpstream, client: openai.OpenAI) -> None:
+    standin.set_fault(extra_choices=1)
+    completion = ask(client, "hi")
+    assert [c.index for c in completion.choices] == [0, 1]
+    assert completion.choices[1].message.content == extra_choice_text(1)
+
+    events = sse_events(raw_sse_lines(standin, chat_body("hi", stream=True)))
+    second = [event["choices"][0] for event in events if event["choices"][0]["index"] == 1]  # type: ignore[index]
+    assert second == [
+        {"index": 1, "delta": {"role": "assistant", "content": extra_choice_text(1)}, "logprobs": None,
+         "finish_reason": None}
+    ]  # fmt: skip
+
+    standin.set_fault(choice_index=2)
+    assert [c.index for c in ask(client, "hi").choices] == [2]
+    events = sse_events(raw_sse_lines(standin, chat_body("hi", stream=True)))
+    assert {event["choices"][0]["index"] for event in events} == {2}  # type: ignore[index]
+
+
+def test_errors_that_echo_the_authorization(standin: StandinUpstream) -> None:
+    url, headers = f"{standin.base_url}/chat/completions", {"Authorization": "Bearer sk-echoed-1234"}
+    standin.set_fault(echo_authorization=True)  # no status: a 401
+    response = httpx.post(url, json=chat_body("hi"), headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "Incorrect API key provided: Bearer sk-echoed-1234"
+
+    standin.set_fault(status=403, echo_authorization=True)
+    response = httpx.post(url, json=chat_body("hi", stream=True), headers=headers)
+    assert response.status_code == 403 and "Bearer sk-echoed-1234" in response.json()["error"]["message"]
+
+    standin.set_fault(error_after_chunks=1, echo_authorization=True)
+    with httpx.stream("POST", url, json=chat_body("one two three", stream=True), headers=headers) as streamed:
+        lines = [line for line in streamed.iter_lines() if line]
+    events = sse_events(lines)
+    assert "data: [DONE]" not in lines
+    assert [event["choices"][0]["delta"] for event in events[1:-1]] == [{"content": "Answer "}]  # type: ignore[index]
+    assert events[-1]["error"]["message"] == "Incorrect API key provided: Bearer sk-echoed-1234"  # type: ignore[index]
+
+
+def test_hostile_faults_are_validated() -> None:
+    for bad in ({"answer_bytes": -1}, {"extra_choices": -1}, {"choice_index": "0"}, {"error_after_chunks": 1.5}):
+        with pytest.raises(ValueError):
+            Fault.from_dict(bad)
+
+
 # ---------------------------------------------------------------- control API
 
 
@@ -336,8 +426,17 @@ def test_control_api_over_http(standin: StandinUpstream, client: openai.OpenAI) 
     assert ask(client, "hi").choices[0].message.content == "Answer to: hi"
 
 
+def test_control_api_sets_hostile_faults(standin: StandinUpstream, client: openai.OpenAI) -> None:
+    fault = {"answer_bytes": 1000, "content_after_finish": True, "extra_choices": 1, "echo_authorization": False}
+    response = httpx.post(f"{standin.root_url}/_control", json=fault)
+    assert response.status_code == 200 and response.json()["fault"]["answer_bytes"] == 1000
+    completion = ask(client, "hi")
+    assert completion.choices[0].message.content == huge_answer(1000) and len(completion.choices) == 2
+
+
 def test_control_api_rejects_bad_faults(standin: StandinUpstream) -> None:
     assert httpx.post(f"{standin.root_url}/_control", json={"bogus": 1}).status_code == 400
+    assert httpx.post(f"{standin.root_url}/_control", json={"answer_bytes": -5}).status_code == 400
     assert httpx.post(f"{standin.root_url}/_control", json={"status": "nope"}).status_code == 400
     assert standin.state.fault is None
 

@@ -142,7 +142,7 @@ async def _replay(
                 examples.append({"prompt": row["prompt"], "matched": lookup.hit.matched_prompt,
                                  "similarity": lookup.hit.similarity, "tier": lookup.hit.tier})  # fmt: skip
                 if chance.random() < feedback_rate:  # a user notices and reports it
-                    served = pipeline.hit_response(lookup)
+                    served = await pipeline.hit_response(lookup)
                     await pipeline.feedback(served["id"], "eval", correct=False)
                     reported += 1
         if advance is not None:

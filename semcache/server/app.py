@@ -16,6 +16,7 @@ from ..embedders import BatchingEmbedder, RoutedEmbedder, load_configured_embedd
 from ..errors import StoreUnavailable
 from ..index import ScopedVectorIndex
 from ..limits import RateLimiter
+from ..logs import Redactor
 from ..maintenance import Maintenance, restore_index
 from ..metrics import Metrics, Readings
 from ..pipeline import Pipeline
@@ -81,8 +82,10 @@ def create_app(
             RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst) if settings.rate_limit_per_s else None
         )
         metrics = Metrics(lambda: _readings(state), max_namespaces=settings.metrics_max_namespaces)
+        # The upstream's errors are relayed to clients: scrubbed of the secrets the logs never show.
+        redact = Redactor([*settings.secrets(), *access.keys])
         state = AppState(
-            settings=settings, upstream=upstream or _remote_upstream(settings, metrics), access=access,
+            settings=settings, upstream=upstream or _remote_upstream(settings, metrics, redact), access=access,
             rate_limiter=limiter, metrics=metrics,
         )  # fmt: skip
         app.state.semcache = state
@@ -128,7 +131,7 @@ class SemcacheApp(FastAPI):
         return RequestContext(RequestTimer(BodySizeLimit(chat, self.max_body_bytes)))
 
 
-def _remote_upstream(settings: Settings, metrics: Metrics) -> ResilientUpstream | None:
+def _remote_upstream(settings: Settings, metrics: Metrics, redact: Redactor) -> ResilientUpstream | None:
     """The remote backend; None for the local one, which loads with the other models."""
     if settings.backend == "local":
         return None
@@ -138,6 +141,8 @@ def _remote_upstream(settings: Settings, metrics: Metrics) -> ResilientUpstream 
         connect_timeout_s=settings.upstream_connect_timeout_s,
         read_timeout_s=settings.upstream_first_byte_timeout_s,
         max_connections=settings.upstream_max_connections,
+        max_response_bytes=settings.max_upstream_response_bytes,
+        redact=redact,
     )
     return _resilient(remote, settings, metrics, max_attempts=settings.upstream_max_attempts)
 
@@ -227,6 +232,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             stats=state.stats,
             policies=NamespacePolicies(default_policy(settings), overrides),
             default_ttl_s=settings.ttl,
+            max_answer_bytes=settings.max_answer_bytes,
             max_temperature=settings.max_temperature,
             verifier=await asyncio.to_thread(load_verifier, settings),
             multi_turn=settings.multi_turn,

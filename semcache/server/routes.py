@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -16,10 +15,12 @@ from starlette.types import Receive, Scope, Send
 from ..errors import InvalidRequest, NotReady, SemcacheError, StoreUnavailable, openai_error_body
 from ..keys import user_id
 from ..pipeline import Lookup, Pipeline, RequestControls
+from ..settings import MAX_TTL_S
 from ..wire import ChatCompletionRequest
 from .errors import error_response
 from .limits import BoundedJsonRoute, RequestBounds
 from .monitoring import require_metrics_key
+from .rendering import json_response, render
 
 log = logging.getLogger("semcache.server")
 router = APIRouter(route_class=BoundedJsonRoute)
@@ -61,20 +62,20 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     try:
         if lookup.hit is not None:
             await pipeline.pad_hit(lookup, arrived)
-            pipeline.record(lookup)
+            await pipeline.record(lookup)
             if body.stream:
                 return _sse(pipeline.hit_stream(lookup), _outcome_headers(lookup))
-            return JSONResponse(pipeline.hit_response(lookup), headers=_outcome_headers(lookup))
+            return await json_response(await pipeline.hit_response(lookup), headers=_outcome_headers(lookup))
         if body.stream:
             chunks = pipeline.forward_stream(lookup, upstream_headers)
             first = await anext(chunks, None)  # errors before the first byte keep their HTTP status
             await pipeline.pad_hit(lookup, arrived)  # an answer shared with a request in flight
-            pipeline.record(lookup)
+            await pipeline.record(lookup)
             return _sse(chunks, _outcome_headers(lookup), first)
         response = await pipeline.forward(lookup, upstream_headers)
         await pipeline.pad_hit(lookup, arrived)
-        pipeline.record(lookup)
-        return JSONResponse(response, headers=_outcome_headers(lookup))
+        await pipeline.record(lookup)
+        return await json_response(response, headers=_outcome_headers(lookup))
     except SemcacheError as error:
         pipeline.record_error(namespace)
         failure = error_response(error)
@@ -160,8 +161,10 @@ def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
             ttl = float(ttl_header)
         except ValueError:
             ttl = -1.0
-        if not math.isfinite(ttl) or ttl < 0:
-            raise InvalidRequest("X-Semcache-TTL must be a number of seconds, 0 or more", code="invalid_ttl")
+        if not math.isfinite(ttl) or not 0 <= ttl <= MAX_TTL_S:
+            raise InvalidRequest(
+                f"X-Semcache-TTL must be a number of seconds from 0 to {MAX_TTL_S} (ten years)", code="invalid_ttl"
+            )
     return RequestControls(
         read_cache="no-cache" not in directives,
         store="no-store" not in directives,
@@ -203,20 +206,20 @@ class _ClosingStreamingResponse(StreamingResponse):
                 await close()
 
 
-async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None) -> AsyncIterator[str]:
+async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None) -> AsyncIterator[bytes]:
     try:
         if first is not None:
-            yield _event(first)
+            yield await _event(first)
         async for chunk in chunks:
-            yield _event(chunk)
+            yield await _event(chunk)
     except SemcacheError as error:
         # Headers are gone already: report in-band, as OpenAI does, and never send [DONE].
         log.warning("stream ended early: %s", error.message)
-        yield _event(error.to_openai())
+        yield await _event(error.to_openai())
         return
     except Exception:
         log.exception("stream failed")
-        yield _event(openai_error_body("internal error", "server_error", "internal_error"))
+        yield await _event(openai_error_body("internal error", "server_error", "internal_error"))
         return
     finally:
         # Close the chain now, not when the garbage collector gets to it: a client that went away
@@ -224,8 +227,9 @@ async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, An
         close = getattr(chunks, "aclose", None)
         if close is not None:
             await close()
-    yield "data: [DONE]\n\n"
+    yield b"data: [DONE]\n\n"
 
 
-def _event(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, separators=(',', ':'), ensure_ascii=False)}\n\n"
+async def _event(payload: dict[str, Any]) -> bytes:
+    """One SSE event; a large one (megabytes in one chunk) rendered with the event loop free between its pieces."""
+    return b"data: " + await render(payload) + b"\n\n"

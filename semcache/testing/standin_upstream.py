@@ -4,7 +4,10 @@ This is a real HTTP server (FastAPI under uvicorn on loopback), not a mock.
 It answers ``POST /v1/chat/completions`` deterministically -- the answer is
 ``"Answer to: <last user message>"`` unless ``state.answers`` overrides it --
 records every chat request, and can be told to misbehave (latency, HTTP
-errors, cut or malformed streams, hangs, odd finish reasons, tool calls).
+errors, cut or malformed streams, hangs, odd finish reasons, tool calls), or
+to answer like a hostile upstream: answers of any size (made in pieces, so a
+150 MB answer never exists whole here), content after ``finish_reason``, choices
+nobody asked for, and errors that quote the credential they refused.
 
 Use from Python::
 
@@ -13,8 +16,9 @@ Use from Python::
         upstream.set_fault(status=429, retry_after=1, times=1)
         ...
 
-or over HTTP (``POST /_control``, ``GET /_calls``, ``POST /_reset``), or in
-the foreground::
+or over HTTP (``POST /_control`` with the fault as a JSON object, e.g.
+``{"answer_bytes": 150000000}`` or ``{"status": 401, "echo_authorization": true}``;
+``GET /_control``, ``GET /_calls``, ``POST /_reset``), or in the foreground::
 
     python -m semcache.testing.standin_upstream --port 8000 --latency-s 0.3
 """
@@ -29,7 +33,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -45,6 +49,15 @@ HANG_SECONDS = 3600.0
 GARBAGE_SSE_EVENT = b"data: {not json\n\n"
 DONE_SSE_EVENT = b"data: [DONE]\n\n"
 _POLL_INTERVAL_S = 0.05
+# Answers of Fault.answer_bytes are this block of made-up lower-case words repeated (nothing JSON
+# escapes, so their bytes on the wire are the answer's), sent in pieces of HUGE_PIECE_CHARS.
+_FILLER_BLOCK = "".join(
+    "".join(chr(ord("a") + (zlib.crc32(str(n).encode()) >> (4 * i)) % 26) for i in range(3 + n % 6)) + " "
+    for n in range(12_000)
+)
+HUGE_PIECE_CHARS = 16 * 1024
+# What Fault.content_after_finish sends after the finish_reason.
+AFTER_FINISH_TEXT = " And one more thing."
 
 # HTTP status -> (error code, error type) for OpenAI-shaped error bodies.
 _ERROR_KINDS: dict[int, tuple[str, str]] = {
@@ -67,6 +80,22 @@ class Fault:
     ``times`` limits how many matching requests the whole fault applies to
     (``None`` = forever); ``match`` restricts it to requests whose last user
     message contains that substring.
+
+    Hostile answers:
+
+    - ``answer_bytes``: the answer is that many bytes of ASCII text
+      (``huge_answer(answer_bytes)``), streamed or not, made in pieces as it is sent
+      (``chunk_delay_s`` apart, in both modes).
+    - ``content_after_finish``: a stream sends one more content delta
+      (``AFTER_FINISH_TEXT``) after its ``finish_reason`` chunk (streams only).
+    - ``extra_choices``: that many more choices, indexes 1, 2, ..., each a short
+      answer of its own (``extra_choice_text``), whether or not the request asked for ``n``;
+      in a stream, one chunk each, with no ``finish_reason``.
+    - ``choice_index``: the index of the (first) choice, 0 as OpenAI sends it.
+    - ``error_after_chunks``: a stream sends an in-band ``{"error": ...}`` event
+      after that many content deltas, then ends without ``[DONE]``.
+    - ``echo_authorization``: the error (``status``, else ``error_after_chunks``,
+      else a 401) says ``Incorrect API key provided: <the Authorization header>``.
     """
 
     latency_s: float = 0.0
@@ -80,6 +109,12 @@ class Fault:
     finish_reason: str | None = None
     tool_calls: bool = False
     match: str | None = None
+    answer_bytes: int | None = None
+    content_after_finish: bool = False
+    extra_choices: int = 0
+    choice_index: int = 0
+    error_after_chunks: int | None = None
+    echo_authorization: bool = False
 
     def __post_init__(self) -> None:
         if self.status is not None and not (isinstance(self.status, int) and 100 <= self.status <= 599):
@@ -90,6 +125,21 @@ class Fault:
             raise ValueError("cut_after_chunks must be >= 0 or None")
         if self.latency_s < 0 or self.chunk_delay_s < 0:
             raise ValueError("latency_s and chunk_delay_s must be >= 0")
+        for name in ("answer_bytes", "error_after_chunks"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and value >= 0):
+                raise ValueError(f"{name} must be an integer >= 0 or None")
+        for name in ("extra_choices", "choice_index"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 0):
+                raise ValueError(f"{name} must be an integer >= 0")
+
+    @property
+    def sends_error_status(self) -> int | None:
+        """The HTTP status of the error this fault answers with before any byte of the answer."""
+        if self.status is None and self.echo_authorization and self.error_after_chunks is None:
+            return 401
+        return self.status
 
     @classmethod
     def from_dict(cls, data: Any) -> Fault:
@@ -209,6 +259,33 @@ def rough_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+def huge_answer(size: int) -> str:
+    """The whole text of an answer of ``size`` bytes (``Fault.answer_bytes``), for tests to compare."""
+    return "".join(huge_answer_pieces(size))
+
+
+def huge_answer_pieces(size: int, piece_chars: int = HUGE_PIECE_CHARS) -> Iterator[str]:
+    """The text of an answer of ``size`` bytes, in pieces of ``piece_chars``, made one at a time."""
+    for start in range(0, size, piece_chars):
+        yield _filler(start, min(size, start + piece_chars))
+
+
+def _filler(start: int, end: int) -> str:
+    """Characters ``start`` to ``end`` of ``_FILLER_BLOCK`` repeated without end."""
+    parts = []
+    while start < end:
+        offset = start % len(_FILLER_BLOCK)
+        taken = min(end - start, len(_FILLER_BLOCK) - offset)
+        parts.append(_FILLER_BLOCK[offset : offset + taken])
+        start += taken
+    return "".join(parts)
+
+
+def extra_choice_text(index: int) -> str:
+    """The answer of the extra choice ``index`` (``Fault.extra_choices``)."""
+    return f"Another answer, choice {index}."
+
+
 def split_pieces(text: str) -> list[str]:
     """Split into word pieces that keep their spaces, so ``"".join`` restores ``text``."""
     return re.findall(r"\S+\s*|\s+", text)
@@ -224,11 +301,15 @@ async def _read_json(request: Request) -> Any:
 
 def _error_response(status: int, message: str, *, retry_after: float | str | None = None) -> JSONResponse:
     """An OpenAI-shaped error response."""
+    headers = {} if retry_after is None else {"retry-after": _format_retry_after(retry_after)}
+    return JSONResponse(_error_body(status, message), status_code=status, headers=headers)
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    """An OpenAI-shaped error object."""
     fallback_type = "invalid_request_error" if status < 500 else "server_error"
     code, error_type = _ERROR_KINDS.get(status, ("standin_error", fallback_type))
-    headers = {} if retry_after is None else {"retry-after": _format_retry_after(retry_after)}
-    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
 
 def _format_retry_after(value: float | str) -> str:
@@ -265,6 +346,9 @@ class _Reply:
     tool_call: dict[str, Any] | None
     finish_reason: str
     usage: dict[str, int]
+    answer_bytes: int | None = None  # a huge answer, made in pieces as it is sent; content is then ""
+    choice_index: int = 0
+    extra_choices: int = 0
 
 
 def _build_reply(body: dict[str, Any], answer: str, fault: Fault) -> _Reply:
@@ -272,9 +356,10 @@ def _build_reply(body: dict[str, Any], answer: str, fault: Fault) -> _Reply:
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     prompt_tokens = sum(rough_tokens(content_text(m.get("content"))) for m in messages)
     tool_call = _tool_call_for(body, last_user_text(body.get("messages"))) if fault.tool_calls else None
-    content = None if tool_call else answer
+    huge = fault.answer_bytes is not None and tool_call is None
+    content = None if tool_call else "" if huge else answer
     output = tool_call["function"]["arguments"] if tool_call else answer
-    completion_tokens = rough_tokens(output)
+    completion_tokens = (fault.answer_bytes or 0) // 4 if huge else rough_tokens(output)
     return _Reply(
         id=f"chatcmpl-standin-{uuid.uuid4().hex[:24]}",
         created=int(time.time()),
@@ -287,6 +372,9 @@ def _build_reply(body: dict[str, Any], answer: str, fault: Fault) -> _Reply:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         },
+        answer_bytes=fault.answer_bytes if huge else None,
+        choice_index=fault.choice_index,
+        extra_choices=fault.extra_choices,
     )
 
 
@@ -304,30 +392,45 @@ def _tool_call_for(body: dict[str, Any], prompt: str) -> dict[str, Any]:
 
 
 def _completion_json(reply: _Reply) -> dict[str, Any]:
-    """A full non-streamed ``chat.completion`` object."""
+    """A full non-streamed ``chat.completion`` object (a huge answer's content left empty)."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
     if reply.tool_call:
         message["tool_calls"] = [reply.tool_call]
+    choices = [
+        {"index": reply.choice_index, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}
+    ]
+    for index in range(1, reply.extra_choices + 1):
+        extra = {"role": "assistant", "content": extra_choice_text(index), "refusal": None}
+        choices.append({"index": index, "message": extra, "logprobs": None, "finish_reason": "stop"})
     return {
         "id": reply.id,
         "object": "chat.completion",
         "created": reply.created,
         "model": reply.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
+        "choices": choices,
         "usage": reply.usage,
         "system_fingerprint": None,
     }
 
 
-def _chunk(reply: _Reply, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    """One ``chat.completion.chunk`` object with a single choice."""
+def _chunk(
+    reply: _Reply, delta: dict[str, Any], finish_reason: str | None = None, index: int | None = None
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` object with a single choice (the reply's own, unless ``index``)."""
     return {
         "id": reply.id,
         "object": "chat.completion.chunk",
         "created": reply.created,
         "model": reply.model,
         "system_fingerprint": None,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [
+            {
+                "index": reply.choice_index if index is None else index,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
     }
 
 
@@ -341,17 +444,35 @@ def _first_delta(reply: _Reply) -> dict[str, Any]:
     return {"role": "assistant", "content": None, "tool_calls": [head]}
 
 
-def _piece_deltas(reply: _Reply) -> list[dict[str, Any]]:
-    """The content deltas (or tool-call argument deltas), one per word piece."""
-    if reply.tool_call is None:
-        return [{"content": piece} for piece in split_pieces(reply.content or "")]
-    arguments = reply.tool_call["function"]["arguments"]
-    return [{"tool_calls": [{"index": 0, "function": {"arguments": piece}}]} for piece in split_pieces(arguments)]
+def _piece_count(reply: _Reply) -> int:
+    """How many deltas ``_piece_deltas`` yields."""
+    if reply.answer_bytes is not None:
+        return -(-reply.answer_bytes // HUGE_PIECE_CHARS)
+    text = reply.tool_call["function"]["arguments"] if reply.tool_call else reply.content or ""
+    return len(split_pieces(text))
+
+
+def _piece_deltas(reply: _Reply) -> Iterator[dict[str, Any]]:
+    """The content deltas (or tool-call argument deltas), one per word piece (or huge answer piece)."""
+    if reply.answer_bytes is not None:
+        yield from ({"content": piece} for piece in huge_answer_pieces(reply.answer_bytes))
+    elif reply.tool_call is None:
+        yield from ({"content": piece} for piece in split_pieces(reply.content or ""))
+    else:
+        arguments = reply.tool_call["function"]["arguments"]
+        yield from ({"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in split_pieces(arguments))
 
 
 def _sse(payload: dict[str, Any]) -> bytes:
     """Encode one SSE ``data:`` event."""
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _fault_message(fault: Fault, request: Request, what: str) -> str:
+    """The fault's error message; with ``echo_authorization``, the credential it refuses, quoted."""
+    if fault.echo_authorization:
+        return f"Incorrect API key provided: {request.headers.get('authorization', '')}"
+    return f"Stand-in fault: {what}"
 
 
 # --------------------------------------------------------------------------
@@ -381,26 +502,41 @@ class _AbortableStreamingResponse(StreamingResponse):
 
 
 async def _sse_events(
-    reply: _Reply, fault: Fault, include_usage: bool, interrupted: Callable[[], Awaitable[bool]]
+    reply: _Reply,
+    fault: Fault,
+    include_usage: bool,
+    interrupted: Callable[[], Awaitable[bool]],
+    error_message: str,
 ) -> AsyncIterator[bytes]:
-    """The SSE byte stream for a reply, with the fault's delays, garbage and cut applied."""
+    """The SSE byte stream for a reply, with the fault's delays, garbage, extras, error and cut applied."""
     extra = {"usage": None} if include_usage else {}
     yield _sse(_chunk(reply, _first_delta(reply)) | extra)
-    deltas = _piece_deltas(reply)
-    garbage_at = len(deltas) // 2 if fault.malformed_sse else None
-    for index, delta in enumerate(deltas):
+    for index in range(1, reply.extra_choices + 1):  # no finish_reason of its own: as the issue saw them
+        delta = {"role": "assistant", "content": extra_choice_text(index)}
+        yield _sse(_chunk(reply, delta, index=index) | extra)
+    count = _piece_count(reply)
+    garbage_at = count // 2 if fault.malformed_sse else None
+    for index, delta in enumerate(_piece_deltas(reply)):
         if fault.cut_after_chunks is not None and index >= fault.cut_after_chunks:
             raise _AbortStream
+        if fault.error_after_chunks is not None and index >= fault.error_after_chunks:
+            yield _sse(_error_body(502, error_message))
+            return
         if index == garbage_at:
             yield GARBAGE_SSE_EVENT
         if fault.chunk_delay_s and not await _sleep(fault.chunk_delay_s, interrupted):
             return
         yield _sse(_chunk(reply, delta) | extra)
-    if garbage_at is not None and not deltas:
+    if garbage_at is not None and not count:
         yield GARBAGE_SSE_EVENT
     if fault.cut_after_chunks is not None:
         raise _AbortStream
+    if fault.error_after_chunks is not None:
+        yield _sse(_error_body(502, error_message))
+        return
     yield _sse(_chunk(reply, {}, reply.finish_reason) | extra)
+    if fault.content_after_finish:
+        yield _sse(_chunk(reply, {"content": AFTER_FINISH_TEXT}) | extra)
     if include_usage:
         yield _sse(_chunk(reply, {}) | {"choices": [], "usage": reply.usage})
     yield DONE_SSE_EVENT
@@ -413,21 +549,47 @@ async def _truncated_body(data: bytes) -> AsyncIterator[bytes]:
 
 
 def _stream_response(
-    reply: _Reply, fault: Fault, body: dict[str, Any], interrupted: Callable[[], Awaitable[bool]]
+    reply: _Reply,
+    fault: Fault,
+    body: dict[str, Any],
+    interrupted: Callable[[], Awaitable[bool]],
+    error_message: str,
 ) -> Response:
     """The ``stream: true`` response."""
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    events = _sse_events(reply, fault, include_usage, interrupted)
+    events = _sse_events(reply, fault, include_usage, interrupted, error_message)
     return _AbortableStreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
-def _plain_response(reply: _Reply, fault: Fault) -> Response:
+def _plain_response(reply: _Reply, fault: Fault, interrupted: Callable[[], Awaitable[bool]]) -> Response:
     """The ``stream: false`` response, truncated if the fault cuts responses."""
+    if reply.answer_bytes is not None:
+        return _huge_plain_response(reply, fault.chunk_delay_s, interrupted)
     data = json.dumps(_completion_json(reply)).encode()
     if fault.cut_after_chunks is None:
         return Response(data, media_type="application/json")
     headers = {"content-length": str(len(data))}
     return _AbortableStreamingResponse(_truncated_body(data), media_type="application/json", headers=headers)
+
+
+def _huge_plain_response(reply: _Reply, piece_delay_s: float, interrupted: Callable[[], Awaitable[bool]]) -> Response:
+    """A ``chat.completion`` whose content is a huge answer, sent as its JSON's text before the
+    content, the content in pieces (``piece_delay_s`` apart), and the text after it: never the
+    whole body at once, and with no Content-Length, as a hostile upstream may send it."""
+    assert reply.answer_bytes is not None
+    marker = f"huge-answer-{uuid.uuid4().hex}"
+    head, tail = json.dumps(_completion_json(replace(reply, content=marker))).encode().split(marker.encode())
+    size = reply.answer_bytes
+
+    async def body() -> AsyncIterator[bytes]:
+        yield head
+        for piece in huge_answer_pieces(size):
+            if piece_delay_s and not await _sleep(piece_delay_s, interrupted):
+                return
+            yield piece.encode()
+        yield tail
+
+    return StreamingResponse(body(), media_type="application/json")
 
 
 # --------------------------------------------------------------------------
@@ -468,13 +630,15 @@ async def _chat_completions(state: StandinState, request: Request) -> Response:
 
     if not await _wait_before_answer(state, fault, prompt, client_gone):
         return Response(status_code=499)
-    if fault.status is not None:
-        return _error_response(fault.status, f"Stand-in fault: HTTP {fault.status}", retry_after=fault.retry_after)
+    status = fault.sends_error_status
+    if status is not None:
+        return _error_response(status, _fault_message(fault, request, f"HTTP {status}"), retry_after=fault.retry_after)
     reply = _build_reply(body, state.answer_for(prompt), fault)
     if body.get("stream"):
         # StreamingResponse itself notices disconnects; only watch for shutdown here.
-        return _stream_response(reply, fault, body, server_stopping)
-    return _plain_response(reply, fault)
+        message = _fault_message(fault, request, "error mid-stream")
+        return _stream_response(reply, fault, body, server_stopping, message)
+    return _plain_response(reply, fault, server_stopping)
 
 
 def create_standin_app(state: StandinState) -> FastAPI:

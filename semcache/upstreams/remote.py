@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import httpx
 from pydantic_core import from_json
 
-from ..errors import UpstreamError, UpstreamStatusError, UpstreamUnavailable
-from ..logs import REQUEST_ID_HEADER, current_request_id
+from ..errors import UpstreamAnswerTooLarge, UpstreamError, UpstreamStatusError, UpstreamUnavailable
+from ..logs import REQUEST_ID_HEADER, Redactor, current_request_id
 
 # Headers from the client that are safe and useful to pass on.
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
 # Where SSE lines end (CRLF, LF or CR, and nothing else), and the longest line kept while it arrives.
 _SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
 MAX_SSE_LINE_BYTES = 8 * 1024 * 1024
+# JSON this long is parsed and checked in a worker thread, so that the event loop is free before
+# and after it.
+_PARSE_OFF_LOOP_BYTES = 256 * 1024
+_T = TypeVar("_T")
+# An error body longer than this is not read to its end, nor relayed: no real error needs more.
+_MAX_ERROR_BODY_BYTES = 64 * 1024
+# Retry-After values passed on to the client: seconds, or an HTTP date; nothing else an upstream sends.
+_RETRY_AFTER = re.compile(r"\d{1,9}(\.\d{1,6})?|[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
+# Without configured secrets, the upstream's errors are still scrubbed of anything that looks like one.
+_PATTERNS_ONLY = Redactor()
 
 
 class RemoteUpstream:
@@ -28,10 +39,17 @@ class RemoteUpstream:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 120.0,
         max_connections: int = 100,
+        max_response_bytes: int = 32 * 1024 * 1024,
+        redact: Redactor = _PATTERNS_ONLY,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``max_response_bytes`` bounds a non-streamed answer (a larger one is a 502); ``redact``
+        scrubs the upstream's error messages, which may quote the key they refused, before a client
+        sees them."""
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
+        self._max_response_bytes = max_response_bytes
+        self._redact = redact
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
@@ -50,18 +68,9 @@ class RemoteUpstream:
         return headers
 
     async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        try:
-            response = await self._client.post("/chat/completions", json=body, headers=self._headers(headers))
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc) from exc
-        _raise_for_status(response.status_code, response.content, response.headers)
-        try:
-            answer = _json(response.content)
-        except ValueError as exc:
-            raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
-        if not isinstance(answer, dict) or not _well_formed_choices(answer.get("choices"), "message"):
-            raise UpstreamUnavailable("the upstream sent a response without well-formed choices")
-        return answer
+        request = self._client.build_request("POST", "/chat/completions", json=body, headers=self._headers(headers))
+        data = await self._send(request)
+        return await _off_loop_if_large(_completion, data, len(data))
 
     async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         request = self._client.build_request(
@@ -73,8 +82,8 @@ class RemoteUpstream:
             raise _unavailable(exc) from exc
         try:
             if response.status_code >= 400:
-                _raise_for_status(response.status_code, await response.aread(), response.headers)
-            async for chunk in parse_sse(response.aiter_bytes()):
+                raise self._status_error(response.status_code, await _error_body(response), response.headers)
+            async for chunk in parse_sse(response.aiter_bytes(), self._redact):
                 yield chunk
         except httpx.TimeoutException as exc:
             raise UpstreamUnavailable("the upstream stopped sending mid-stream", status_code=504) from exc
@@ -84,28 +93,62 @@ class RemoteUpstream:
             await response.aclose()
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
+        request = self._client.build_request("GET", "/models", headers=self._headers(headers))
+        data = await self._send(request)
         try:
-            response = await self._client.get("/models", headers=self._headers(headers))
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc) from exc
-        _raise_for_status(response.status_code, response.content, response.headers)
-        try:
-            models = _json(response.content)
+            models = await _off_loop_if_large(_json, data, len(data))
         except ValueError as exc:
             raise UpstreamUnavailable("the upstream sent a model list that is not JSON") from exc
         if not isinstance(models, dict):
             raise UpstreamUnavailable("the upstream sent a model list that is not a JSON object")
         return models
 
+    async def _send(self, request: httpx.Request) -> bytes:
+        """The body of a successful answer, read as it arrives and never past ``max_response_bytes``."""
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise _unavailable(exc) from exc
+        try:
+            if response.status_code >= 400:
+                raise self._status_error(response.status_code, await _error_body(response), response.headers)
+            body = await _read_at_most(response, self._max_response_bytes)
+        except httpx.HTTPError as exc:
+            raise _unavailable(exc) from exc
+        finally:
+            await response.aclose()
+        if body is None:
+            raise UpstreamAnswerTooLarge(
+                f"the upstream's answer is too large to relay: over {self._max_response_bytes} bytes "
+                "(max_upstream_response_bytes)"
+            )
+        return body
+
+    def _status_error(self, status: int, content: bytes | None, headers: httpx.Headers) -> UpstreamStatusError:
+        """The upstream's HTTP error, its body scrubbed of secrets: it is relayed to the client."""
+        try:
+            body = _json(content) if content is not None else None
+        except ValueError:
+            body = None
+        retry_after = headers.get("retry-after")
+        passed_on = {"Retry-After": retry_after} if retry_after and _RETRY_AFTER.fullmatch(retry_after) else {}
+        return UpstreamStatusError(
+            f"the upstream answered HTTP {status}",
+            status_code=status if status in (400, 401, 403, 404, 408, 409, 413, 422, 429) or status >= 500 else 502,
+            body=self._redact.scrub(body) if isinstance(body, dict) else None,
+            headers=passed_on,
+        )
+
     async def close(self) -> None:
         await self._client.aclose()
 
 
-async def parse_sse(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+async def parse_sse(body: AsyncIterator[bytes], redact: Redactor = _PATTERNS_ONLY) -> AsyncIterator[dict[str, Any]]:
     """Yield the JSON chunks of an SSE stream; raise unless it ends with ``data: [DONE]``.
 
     Every chunk is an object whose ``choices``, if any, is a list of objects with an object ``delta``.
-    Anything else the upstream sends ends the stream with an ``UpstreamError``.
+    Anything else the upstream sends ends the stream with an ``UpstreamError``; an in-band error
+    event is relayed as the upstream worded it, scrubbed by ``redact``.
     """
     async for line in _sse_lines(body):
         if not line.startswith(b"data:"):
@@ -113,16 +156,10 @@ async def parse_sse(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]
         data = line[5:].strip()
         if data == b"[DONE]":
             return
-        try:
-            chunk = _json(data)
-        except ValueError as exc:
-            raise UpstreamUnavailable("the upstream sent a malformed stream event") from exc
-        if not isinstance(chunk, dict):
-            raise UpstreamUnavailable("the upstream sent a stream event that is not an object")
+        chunk = await _off_loop_if_large(_stream_event, data, len(data))
         if "error" in chunk:
-            raise UpstreamStatusError("the upstream reported an error mid-stream", status_code=502, body=chunk)
-        if "choices" in chunk and not _well_formed_choices(chunk["choices"], "delta"):
-            raise UpstreamUnavailable("the upstream sent a stream event without well-formed choices")
+            scrubbed = await _off_loop_if_large(redact.scrub, chunk, len(data))
+            raise UpstreamStatusError("the upstream reported an error mid-stream", status_code=502, body=scrubbed)
         yield chunk
     raise UpstreamUnavailable("the upstream stream ended before [DONE]")
 
@@ -146,6 +183,60 @@ async def _sse_lines(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             raise UpstreamUnavailable(f"the upstream sent a stream line over {MAX_SSE_LINE_BYTES} bytes")
     if pending_bytes:
         yield b"".join(pending)  # the last line, with no line end after it
+
+
+async def _read_at_most(response: httpx.Response, limit: int) -> bytes | None:
+    """The response's body as it arrives, or None once it passes ``limit`` bytes (read no further)."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for part in response.aiter_bytes():
+        size += len(part)
+        if size > limit:
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def _error_body(response: httpx.Response) -> bytes | None:
+    """An error response's body, when it is short enough to be an error message."""
+    try:
+        return await _read_at_most(response, _MAX_ERROR_BODY_BYTES)
+    except httpx.HTTPError:
+        return None  # the status says enough
+
+
+async def _off_loop_if_large(work: Callable[[Any], _T], value: Any, size: int) -> _T:
+    """``work(value)``, in a worker thread when ``size`` (the bytes it came from) is large."""
+    if size >= _PARSE_OFF_LOOP_BYTES:
+        return await asyncio.to_thread(work, value)
+    return work(value)
+
+
+def _completion(data: bytes) -> dict[str, Any]:
+    """A non-streamed answer: a JSON object with well-formed choices."""
+    try:
+        answer = _json(data)
+    except ValueError as exc:
+        raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
+    if not isinstance(answer, dict) or not _well_formed_choices(answer.get("choices"), "message"):
+        raise UpstreamUnavailable("the upstream sent a response without well-formed choices")
+    return answer
+
+
+def _stream_event(data: bytes) -> dict[str, Any]:
+    """One stream event: a JSON object, an error or with well-formed choices, if any."""
+    try:
+        chunk = _json(data)
+    except ValueError as exc:
+        raise UpstreamUnavailable("the upstream sent a malformed stream event") from exc
+    if not isinstance(chunk, dict):
+        raise UpstreamUnavailable("the upstream sent a stream event that is not an object")
+    if "error" not in chunk and "choices" in chunk and not _well_formed_choices(chunk["choices"], "delta"):
+        raise UpstreamUnavailable("the upstream sent a stream event without well-formed choices")
+    return chunk
 
 
 def _json(data: bytes) -> Any:
@@ -174,22 +265,6 @@ def _well_formed_choices(choices: object, body_field: str) -> bool:
         ):
             return False
     return True
-
-
-def _raise_for_status(status: int, content: bytes, headers: httpx.Headers) -> None:
-    if status < 400:
-        return
-    try:
-        body = _json(content)
-    except ValueError:
-        body = None
-    passed_on = {"Retry-After": headers["retry-after"]} if "retry-after" in headers else {}
-    raise UpstreamStatusError(
-        f"the upstream answered HTTP {status}",
-        status_code=status if status in (400, 401, 403, 404, 408, 409, 413, 422, 429) or status >= 500 else 502,
-        body=body if isinstance(body, dict) else None,
-        headers=passed_on,
-    )
 
 
 def _unavailable(exc: httpx.HTTPError) -> UpstreamError:

@@ -3,7 +3,8 @@ deadline. ``ResilientUpstream`` wraps another ``Upstream`` and speaks the same p
 
 - Retries: connection errors, timeouts, 429, 500, 502, 503 and 504 are retried with exponential
   backoff and full jitter, waiting at least what ``Retry-After`` asks, within a bound on attempts
-  and on total time. A stream is retried only until its first chunk has been passed on.
+  and on total time. A stream is retried only until its first chunk has been passed on, and an
+  answer too large to relay never.
 - Circuit breaker: after ``failure_threshold`` consecutive failures the circuit opens and calls
   fail fast with a 503 and ``Retry-After``; after ``reset_after_s`` one probe is let through
   (half-open), and its success closes the circuit again.
@@ -23,7 +24,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..errors import SemcacheError, UpstreamError, UpstreamUnavailable
+from ..errors import SemcacheError, UpstreamAnswerTooLarge, UpstreamError, UpstreamUnavailable
 from ..observer import NullObserver, Observer
 from ..protocols import Upstream
 
@@ -249,6 +250,8 @@ class ResilientUpstream:
         """Seconds to wait before the next attempt, or None when this error must not be retried."""
         if error.status_code not in RETRYABLE_STATUSES and not isinstance(error, UpstreamUnavailable):
             return None
+        if isinstance(error, UpstreamAnswerTooLarge):
+            return None  # another try would fetch as large an answer
         if error.code == "circuit_open" or attempt + 1 >= self.retry.max_attempts:
             return None
         delay = self.retry.delay(attempt, _retry_after_s(error))
@@ -264,7 +267,10 @@ async def _close(chunks: AsyncIterator[Any]) -> None:
 
 
 def _upstream_fault(error: UpstreamError) -> bool:
-    """Errors that say the upstream is unwell (not that the request was bad)."""
+    """Errors that say the upstream is unwell (not that the request was bad). An answer too large to
+    relay is not one: else a few requests for long answers would open the circuit for everyone."""
+    if isinstance(error, UpstreamAnswerTooLarge):
+        return False
     return isinstance(error, UpstreamUnavailable) or error.status_code >= 500
 
 
