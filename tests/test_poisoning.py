@@ -204,3 +204,18 @@ def _decisions(url: str) -> list[dict[str, Any]]:
     assert response.status_code == 200
     data: list[dict[str, Any]] = response.json()["data"]
     return data
+
+
+def test_scope_per_user_reads_every_spelling_of_one_key_as_one_user(
+    serve: Callable[..., str], upstream: StandinUpstream
+) -> None:
+    url = serve(scope_per_user=True)
+    body = {"model": "m", "messages": [{"role": "user", "content": "What is the tallest mountain in Africa?"}]}
+
+    def outcome(authorization: str) -> str:
+        response = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"Authorization": authorization})
+        return response.headers["x-semcache"]
+
+    assert outcome("Bearer sk-user-0001") == "miss"
+    assert [outcome(spelling) for spelling in ("bearer sk-user-0001", "BEARER  sk-user-0001")] == ["hit", "hit"]
+    assert outcome("Bearer sk-user-0002") == "miss"  # another key is another user

@@ -17,6 +17,7 @@ from ..keys import user_id
 from ..pipeline import Lookup, Pipeline, RequestControls
 from ..settings import MAX_TTL_S
 from ..wire import ChatCompletionRequest
+from .access import bearer_token
 from .errors import error_response
 from .limits import BoundedJsonRoute, RequestBounds
 from .monitoring import require_metrics_key
@@ -169,8 +170,15 @@ def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
         read_cache="no-cache" not in directives,
         store="no-store" not in directives,
         ttl_s=ttl,
-        user=user_id(request.headers.get("authorization"), body.user),
+        user=user_id(_canonical_authorization(request.headers.get("authorization")), body.user),
     )
+
+
+def _canonical_authorization(authorization: str | None) -> str | None:
+    """``Bearer <token>`` for every spelling of a bearer token (``bearer``, ``BEARER``, extra spaces),
+    so that one key is one user with ``scope_per_user``; anything else as sent."""
+    token = bearer_token(authorization)
+    return authorization if token is None else f"Bearer {token}"
 
 
 def _outcome_headers(lookup: Lookup) -> dict[str, str]:
