@@ -449,24 +449,12 @@ def _eval_overrides(threshold: float | None, guards: str | None, config: Path | 
 
 
 def _eval_parts(settings: Settings) -> tuple[Any, Any, Any]:
-    from .embedders import load_configured_embedder, load_routed
-    from .evaluation.embedding_cache import CachedEmbedder
-    from .quality import default_policy
-    from .verifiers import load_verifier
+    from .evaluation import load_evaluation_parts
 
     try:
-        # Each text to its script's model, as the service routes prompts.
-        routed = load_routed(
-            settings.embedding_model,
-            settings.multilingual_embedding_model,
-            {},
-            lambda name: load_configured_embedder(name, settings),
-        )
-        embedder = CachedEmbedder(routed)
-        verifier = load_verifier(settings)
+        return load_evaluation_parts(settings)
     except (OSError, ValueError) as exc:
         _fail(str(exc))
-    return embedder, verifier, default_policy(settings)
 
 
 def _read(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:
