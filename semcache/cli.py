@@ -5,13 +5,15 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import typer
@@ -32,6 +34,9 @@ app = typer.Typer(
 console = Console()
 # How long a thread that wants the GIL waits before the holder must hand it over (semcache serve).
 _GIL_SWITCH_INTERVAL_S = 0.0001
+# uvicorn's listen backlog, and its exit code for a server that did not start.
+_BACKLOG = 2048
+_STARTUP_FAILURE = 3
 
 
 @app.command(epilog="Example: semcache serve --upstream http://127.0.0.1:8000/v1 --port 8080")
@@ -85,15 +90,6 @@ def serve(
     The admin key has no flag, so that it never shows in `ps`: set SEMCACHE_ADMIN_KEY (or admin-key
     in the --config file). Without it, /admin answers only clients on this machine.
     """
-    import logging
-
-    import uvicorn
-
-    from .logs import configure_logging
-    from .server import create_app
-    from .server.access import AccessPolicy
-    from .server.protocol import http_protocol
-
     flags = {
         "host": host,
         "port": port,
@@ -113,6 +109,26 @@ def serve(
         "log_format": log_format,
     }
     settings = _settings({k: v for k, v in flags.items() if v is not None})
+    # Before the slow imports and the app: a port that is taken fails the start at once.
+    listeners = _listen(settings.host, settings.port)
+    try:
+        _serve(settings, listeners)
+    finally:
+        for sock in listeners:
+            sock.close()
+
+
+def _serve(settings: Settings, listeners: list[socket.socket]) -> None:
+    """Build the app and serve it on ``listeners`` until a signal stops it."""
+    import logging
+
+    import uvicorn
+
+    from .logs import configure_logging
+    from .server import create_app
+    from .server.access import AccessPolicy
+    from .server.protocol import http_protocol
+
     try:
         access = AccessPolicy.from_file(settings.api_keys_file)
     except (OSError, ValueError) as exc:
@@ -127,12 +143,13 @@ def serve(
     if warning is not None:
         typer.echo(f"WARNING: {warning}", err=True)  # in words, for a terminal reading the JSON log lines
         logging.getLogger("semcache.server").warning(warning)
+    logging.getLogger("semcache.server").info(startup_summary(settings, access.configured))
     # The embedding thread gives up the GIL in every call into the tokenizer, the model and FAISS,
     # and a busy event loop keeps it for up to the switch interval before handing it back (5 ms by
     # default). At 64 clients that idled the model: 561 semantic hits/s at 5 ms, 656/s at 0.1 ms.
     sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
     # uvicorn's loggers go through the one redacting handler; its access log is replaced by ours.
-    uvicorn.run(
+    config = uvicorn.Config(
         application,
         host=settings.host,
         port=settings.port,
@@ -153,6 +170,73 @@ def serve(
         # Past this, SIGTERM ends the requests still in progress: a long relay never holds a shutdown.
         timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
+    server = uvicorn.Server(config)
+    with suppress(KeyboardInterrupt):
+        server.run(sockets=listeners)
+    if not server.started:
+        raise typer.Exit(_STARTUP_FAILURE)
+
+
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on every address ``host`` names, set up as uvicorn's own (through asyncio)
+    would be; on failure, one line and exit code 2."""
+    listeners: list[socket.socket] = []
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(addresses):  # once each, as asyncio binds them
+            sock = socket.socket(family, kind, proto)
+            listeners.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            # Listening now, not when uvicorn starts: another socket may have bound the port without listening.
+            sock.listen(_BACKLOG)
+            sock.set_inheritable(True)
+    except OSError as exc:
+        for sock in listeners:
+            sock.close()
+        reason = exc.strerror or str(exc)
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        _fail(f"cannot listen on {where}: {reason[:1].lower()}{reason[1:]}")
+    return listeners
+
+
+def startup_summary(settings: Settings, client_keys: bool) -> str:
+    """One line on what this server runs with: upstream, store, data folder, embedder and /admin."""
+    if settings.backend == "local":
+        upstream = f"local model {settings.model}"
+    else:
+        upstream = without_credentials(settings.upstream_url)
+    if settings.store == "redis":
+        store = f"redis {without_credentials(settings.redis_url)}"
+    else:
+        store = f"embedded SQLite {settings.data_dir / 'entries.sqlite3'}"
+    if settings.admin_key:
+        admin = "admin key set"
+    elif client_keys:
+        admin = "closed (API keys without an admin key)"
+    else:
+        admin = "loopback only (no admin key)"
+    return (
+        f"semcache on {settings.host}:{settings.port}: upstream {upstream}; store {store}; "
+        f"data folder {settings.data_dir}; embedder {settings.embedding_model} ({settings.embedding_backend}); "
+        f"/admin {admin}"
+    )
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without its user, password, query and fragment: what a log line may show of it."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _admin_warning(settings: Settings, client_keys: bool) -> str | None:
@@ -365,24 +449,12 @@ def _eval_overrides(threshold: float | None, guards: str | None, config: Path | 
 
 
 def _eval_parts(settings: Settings) -> tuple[Any, Any, Any]:
-    from .embedders import load_configured_embedder, load_routed
-    from .evaluation.embedding_cache import CachedEmbedder
-    from .quality import default_policy
-    from .verifiers import load_verifier
+    from .evaluation import load_evaluation_parts
 
     try:
-        # Each text to its script's model, as the service routes prompts.
-        routed = load_routed(
-            settings.embedding_model,
-            settings.multilingual_embedding_model,
-            {},
-            lambda name: load_configured_embedder(name, settings),
-        )
-        embedder = CachedEmbedder(routed)
-        verifier = load_verifier(settings)
+        return load_evaluation_parts(settings)
     except (OSError, ValueError) as exc:
         _fail(str(exc))
-    return embedder, verifier, default_policy(settings)
 
 
 def _read(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -79,10 +79,10 @@ class RemoteUpstream:
         try:
             response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise _unavailable(exc) from exc
+            raise _unavailable(exc, request) from exc
         try:
             if response.status_code >= 400:
-                raise self._status_error(response.status_code, await _error_body(response), response.headers)
+                raise self._status_error(request, response.status_code, await _error_body(response), response.headers)
             async for chunk in parse_sse(response.aiter_bytes(), self._redact):
                 yield chunk
         except httpx.TimeoutException as exc:
@@ -108,13 +108,13 @@ class RemoteUpstream:
         try:
             response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise _unavailable(exc) from exc
+            raise _unavailable(exc, request) from exc
         try:
             if response.status_code >= 400:
-                raise self._status_error(response.status_code, await _error_body(response), response.headers)
+                raise self._status_error(request, response.status_code, await _error_body(response), response.headers)
             body = await _read_at_most(response, self._max_response_bytes)
         except httpx.HTTPError as exc:
-            raise _unavailable(exc) from exc
+            raise _unavailable(exc, request) from exc
         finally:
             await response.aclose()
         if body is None:
@@ -124,7 +124,9 @@ class RemoteUpstream:
             )
         return body
 
-    def _status_error(self, status: int, content: bytes | None, headers: httpx.Headers) -> UpstreamStatusError:
+    def _status_error(
+        self, request: httpx.Request, status: int, content: bytes | None, headers: httpx.Headers
+    ) -> UpstreamStatusError:
         """The upstream's HTTP error, its body scrubbed of secrets: it is relayed to the client."""
         try:
             body = _json(content) if content is not None else None
@@ -133,7 +135,7 @@ class RemoteUpstream:
         retry_after = headers.get("retry-after")
         passed_on = {"Retry-After": retry_after} if retry_after and _RETRY_AFTER.fullmatch(retry_after) else {}
         return UpstreamStatusError(
-            f"the upstream answered HTTP {status}",
+            f"the upstream at {upstream_address(request)} answered HTTP {status}",
             status_code=status if status in (400, 401, 403, 404, 408, 409, 413, 422, 429) or status >= 500 else 502,
             body=self._redact.scrub(body) if isinstance(body, dict) else None,
             headers=passed_on,
@@ -267,7 +269,16 @@ def _well_formed_choices(choices: object, body_field: str) -> bool:
     return True
 
 
-def _unavailable(exc: httpx.HTTPError) -> UpstreamError:
+def _unavailable(exc: httpx.HTTPError, request: httpx.Request) -> UpstreamError:
     if isinstance(exc, httpx.TimeoutException):
-        return UpstreamUnavailable("the upstream timed out", status_code=504)
-    return UpstreamUnavailable(f"cannot reach the upstream: {type(exc).__name__}")
+        return UpstreamUnavailable(f"the upstream at {upstream_address(request)} timed out", status_code=504)
+    return UpstreamUnavailable(f"cannot reach the upstream at {upstream_address(request)}: {type(exc).__name__}")
+
+
+def upstream_address(request: httpx.Request) -> str:
+    """``host[:port]/path`` of a request to the upstream, for the errors that clients and operators
+    read: a wrong base URL shows in it, and never a password or query the URL may hold."""
+    url = request.url
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{host}{port}{url.path}"
