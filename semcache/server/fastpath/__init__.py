@@ -7,7 +7,7 @@ beyond their ordinary use, all behind the one ``fast_path`` setting.
   the bounded protocol (``server/protocol.py``, a subclass of uvicorn's private httptools protocol).
 - ``shorten_gil_switch_interval`` (``gil.py``): the GIL handed to the embedding thread sooner.
 
-With ``fast_path`` off, semcache is FastAPI's routing on uvicorn's protocol with the same bounds,
+With ``fast_path`` off, FastAPI's own routing serves every request on the bounded protocol alone,
 answering with the same status codes, headers and bodies. The head bounds and read deadlines are
 security, not speed: they stay on either way.
 """
