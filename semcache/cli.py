@@ -32,8 +32,6 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
-# How long a thread that wants the GIL waits before the holder must hand it over (semcache serve).
-_GIL_SWITCH_INTERVAL_S = 0.0001
 # uvicorn's listen backlog, and its exit code for a server that did not start.
 _BACKLOG = 2048
 _STARTUP_FAILURE = 3
@@ -127,7 +125,7 @@ def _serve(settings: Settings, listeners: list[socket.socket]) -> None:
     from .logs import configure_logging
     from .server import create_app
     from .server.access import AccessPolicy
-    from .server.protocol import http_protocol
+    from .server.fastpath import shorten_gil_switch_interval
 
     try:
         access = AccessPolicy.from_file(settings.api_keys_file)
@@ -144,10 +142,8 @@ def _serve(settings: Settings, listeners: list[socket.socket]) -> None:
         typer.echo(f"WARNING: {warning}", err=True)  # in words, for a terminal reading the JSON log lines
         logging.getLogger("semcache.server").warning(warning)
     logging.getLogger("semcache.server").info(startup_summary(settings, access.configured))
-    # The embedding thread gives up the GIL in every call into the tokenizer, the model and FAISS,
-    # and a busy event loop keeps it for up to the switch interval before handing it back (5 ms by
-    # default). At 64 clients that idled the model: 561 semantic hits/s at 5 ms, 656/s at 0.1 ms.
-    sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
+    if settings.fast_path:
+        shorten_gil_switch_interval()
     # uvicorn's loggers go through the one redacting handler; its access log is replaced by ours.
     config = uvicorn.Config(
         application,
@@ -156,12 +152,7 @@ def _serve(settings: Settings, listeners: list[socket.socket]) -> None:
         log_level=settings.log_level,
         log_config=None,
         access_log=False,
-        # Bounds on the request line and headers (a 431 in OpenAI's shape; h11: a plain 400), and
-        # deadlines on reading a request (a 408; h11: none).
-        http=http_protocol(
-            settings.max_header_bytes, settings.max_header_count, settings.header_timeout_s, settings.body_timeout_s
-        )
-        or "h11",
+        http=_http_protocol(settings) or "h11",
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.http_keep_alive_s,
         # /admin without a key trusts the TCP peer's address: uvicorn would otherwise replace it with
@@ -237,6 +228,21 @@ def without_credentials(url: str) -> str:
         port = None
     netloc = f"{host}:{port}" if port is not None else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _http_protocol(settings: Settings) -> type[Any] | None:
+    """Bounds on the request line and headers (a 431 in OpenAI's shape; h11: a plain 400) and
+    deadlines on reading a request (a 408; h11: none), whatever fast_path says; with it, each
+    response's head and body in one write. None without httptools."""
+    from .server.fastpath import with_coalesced_writes
+    from .server.protocol import bounded_http_protocol
+
+    protocol = bounded_http_protocol(
+        settings.max_header_bytes, settings.max_header_count, settings.header_timeout_s, settings.body_timeout_s
+    )
+    if protocol is None or not settings.fast_path:
+        return protocol
+    return with_coalesced_writes(protocol)
 
 
 def _admin_warning(settings: Settings, client_keys: bool) -> str | None:

@@ -77,6 +77,13 @@ class Settings(BaseSettings):
         description="How long an idle client connection stays open. Longer than clients' own idle limit (httpx and "
         "the openai SDK: 5 s), so that the client closes first and never reuses a connection the server is closing.",
     )
+    fast_path: bool = Field(
+        True,
+        description="Speed-only serving that leans on FastAPI's, uvicorn's and CPython's machinery "
+        "(semcache/server/fastpath/): valid chat requests answered before FastAPI's stack, each response's head "
+        "and body in one write, and a shorter GIL switch interval. Off: plain FastAPI routing on uvicorn, with "
+        "the same responses; the request head bounds and read timeouts hold either way.",
+    )
     max_json_depth: int = Field(
         64, ge=2, le=MAX_JSON_DEPTH, description="Deepest nesting of arrays and objects in a JSON body."
     )

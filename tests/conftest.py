@@ -56,7 +56,8 @@ def upstream(_standin_server: StandinUpstream) -> StandinUpstream:
 
 @pytest.fixture
 def serve(tmp_path: Path, upstream: StandinUpstream, minilm: Embedder) -> Iterator[Callable[..., str]]:
-    """Start semcache in this process with the real model; returns its base URL."""
+    """Start semcache in this process with the real model; returns its base URL. Settings not given
+    come from ``SEMCACHE_*`` variables: CI's second run sets ``SEMCACHE_FAST_PATH=false``."""
     running: list[ThreadedUvicorn] = []
 
     def start(**overrides: Any) -> str:

@@ -214,7 +214,7 @@ def test_request_bounds_name_what_is_over() -> None:
 def test_the_chat_route_takes_json_by_media_type_and_refuses_other_bodies_in_openai_shape(
     serve: Callable[..., str],
 ) -> None:
-    """Valid JSON bodies take the direct path past FastAPI's machinery (server/direct.py); every
+    """Valid JSON bodies take the direct path past FastAPI's machinery (server/fastpath/direct.py); every
     other body takes FastAPI's path, and its error keeps OpenAI's shape."""
     url = f"{serve()}/v1/chat/completions"
     for content_type in ("application/json; charset=utf-8", "application/vnd.api+json"):

@@ -194,7 +194,7 @@ def test_an_unexpected_error_keeps_its_request_id_in_the_response_and_the_log(
 def test_an_unexpected_error_on_the_chat_route_is_a_logged_500_in_openai_shape_with_its_request_id(
     captured: Callable[..., io.StringIO], tmp_path: Path, upstream: StandinUpstream
 ) -> None:
-    """A valid chat request takes the direct path (server/direct.py), past FastAPI's error
+    """A valid chat request takes the direct path (server/fastpath/direct.py), past FastAPI's error
     handlers: a failure there still answers in OpenAI's shape, and is logged once, with the id."""
     from semcache.server import create_app
     from semcache.settings import Settings

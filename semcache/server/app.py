@@ -36,8 +36,8 @@ from ..wire import ChatCompletionRequest
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
 from .admin_entries import entries_router
-from .direct import DirectRoute
 from .errors import ERROR_RESPONSES, install_error_handlers
+from .fastpath import DirectRoute
 from .limits import BodySizeLimit
 from .monitoring import RequestTimer, monitoring_router
 from .request_context import RequestContext
@@ -99,6 +99,7 @@ def create_app(
 
     app = SemcacheApp(
         max_body_bytes=settings.max_body_bytes,
+        fast_path=settings.fast_path,
         title="semcache",
         summary="A semantic cache in front of OpenAI-compatible chat completion APIs.",
         version=_version(),
@@ -116,19 +117,23 @@ def create_app(
 
 
 class SemcacheApp(FastAPI):
-    """FastAPI inside semcache's own middlewares, with the chat route's direct path between them.
+    """FastAPI inside semcache's own middlewares, with the chat route's direct path between them
+    when ``fast_path`` is on.
 
     The middlewares are pure ASGI and wrap everything: the request id (outermost, so that every
     response and log line has it), the latency timer, and the body's size limit.
     """
 
-    def __init__(self, *, max_body_bytes: int, **kwargs: Any) -> None:
+    def __init__(self, *, max_body_bytes: int, fast_path: bool, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_body_bytes = max_body_bytes
+        self.fast_path = fast_path
 
     def build_middleware_stack(self) -> ASGIApp:
-        chat = DirectRoute(super().build_middleware_stack(), CHAT_PATH, ChatCompletionRequest, chat_completions)
-        return RequestContext(RequestTimer(BodySizeLimit(chat, self.max_body_bytes)))
+        app = super().build_middleware_stack()
+        if self.fast_path:
+            app = DirectRoute(app, CHAT_PATH, ChatCompletionRequest, chat_completions)
+        return RequestContext(RequestTimer(BodySizeLimit(app, self.max_body_bytes)))
 
 
 def _remote_upstream(settings: Settings, metrics: Metrics, redact: Redactor) -> ResilientUpstream | None:

@@ -1,6 +1,6 @@
 """Bounds on everything a client controls, each refused with a 4xx in OpenAI's shape and a code of its own:
 
-- the request line and headers (``protocol.http_protocol``, in uvicorn, before the app sees them): 431;
+- the request line and headers (``protocol.bounded_http_protocol``, in uvicorn, before the app sees them): 431;
 - the body's size (``BodySizeLimit``, before it is read into memory): 413;
 - the body's JSON (``BoundedJsonRequest``: strict UTF-8, bounded nesting; ``wire.parse_json_body``): 400;
 - a chat request's messages, tools and text (``RequestBounds``): 400.
@@ -124,7 +124,7 @@ def declares_json(content_type: str | None) -> bool:
 
 class BoundedJsonRequest(Request):
     """A request whose ``json()`` is ``wire.parse_json_body``'s. The outcome is kept in the scope,
-    so that a body parsed once (``direct.DirectRoute``, then FastAPI's path) is not parsed again."""
+    so that a body parsed once (``fastpath.DirectRoute``, then FastAPI's path) is not parsed again."""
 
     async def json(self) -> Any:
         if _JSON_FAILURE in self.scope:

@@ -1,10 +1,12 @@
-"""The HTTP protocol ``semcache serve`` runs: uvicorn's httptools protocol with bounds on the
-request head, deadlines on reading a request, and each response's head and body sent in one write.
+"""The one place semcache subclasses uvicorn's private httptools protocol
+(``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``), for security bounds uvicorn lacks:
+httptools keeps a request head of any size in memory, and uvicorn has no deadline on reading a
+request. These bounds are on whatever ``fast_path`` says. The class is private, so uvicorn and
+httptools are pinned to a minor version in pyproject.toml.
 
-uvicorn writes a response's head and its body separately: two sends, two packets, and on loopback
-two wake-ups of the client. On the 2-core machine, those two writes were about a third of the
-event loop's work on an exact hit (py-spy, 2026-11-30); sending them as one saved 0.1-0.2 ms per
-request.
+uvicorn's public ``http="h11"`` option bounds the head's size (``h11_max_incomplete_event_size``,
+a plain 400) but not the header count nor the read time: carrying these bounds on h11 instead
+would take a subclass of its ``H11Protocol``, just as private.
 """
 
 from __future__ import annotations
@@ -21,51 +23,11 @@ from .request_context import ANSWERED_BY_PROTOCOL
 log = logging.getLogger("semcache.server")
 
 
-class CoalescedWrites:
-    """A transport that holds a write until the next one, and sends both in one write: a
-    response's head goes out with the start of its body, at once. A write that no other follows
-    in the same turn of the event loop goes out at the end of that turn (``call_soon``), or
-    before closing. Everything else is the wrapped transport's, flow control included."""
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        if self._pending is None:
-            self._pending = data
-            self._loop.call_soon(self._flush)
-            return
-        held, self._pending = self._pending, None
-        self._transport.write(held + data)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._pending = None
-        self._transport.abort()
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + len(self._pending or b"")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-    def _flush(self) -> None:
-        held, self._pending = self._pending, None
-        if held is not None and not self._transport.is_closing():
-            self._transport.write(held)
-
-
-def http_protocol(
+def bounded_http_protocol(
     max_header_bytes: int, max_header_count: int, header_timeout_s: float, body_timeout_s: float
 ) -> type[asyncio.Protocol] | None:
-    """uvicorn's httptools protocol, refusing a request line and headers over these bounds with a 431,
-    closing slow requests, and sending what one turn of the event loop writes in one write
-    (``CoalescedWrites``).
+    """uvicorn's httptools protocol, refusing a request line and headers over these bounds with a 431
+    and closing slow requests.
 
     A request whose line and headers are not all in within ``header_timeout_s`` of their first byte,
     or whose body is not all in within ``body_timeout_s`` of the end of its headers, is answered 408
@@ -96,7 +58,7 @@ def http_protocol(
             self._refused = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(CoalescedWrites(transport, self.loop))
+            super().connection_made(transport)
             self._start_deadline(header_timeout_s)
 
         def connection_lost(self, exc: Exception | None) -> None:

@@ -25,8 +25,9 @@ from .rendering import json_response, render
 
 log = logging.getLogger("semcache.server")
 router = APIRouter(route_class=BoundedJsonRoute)
-# Valid chat requests reach chat_completions through direct.DirectRoute; this route serves the rest
-# (FastAPI's errors for bodies that do not validate) and the OpenAPI schema.
+# With fast_path on, valid chat requests reach chat_completions through fastpath.DirectRoute and this
+# route serves the rest (FastAPI's errors for bodies that do not validate); off, it serves them all.
+# Either way it is the OpenAPI schema's.
 chat_router = APIRouter(route_class=BoundedJsonRoute)
 CHAT_PATH = "/v1/chat/completions"
 
