@@ -206,6 +206,7 @@ def test_the_service_serves_semantic_hits_on_onnx_int8(
     assert second["x-semcache"] == "hit" and second["x-semcache-tier"] == "semantic" and again == answer
 
 
+@pytest.mark.shared_data
 def test_eval_exports_into_the_data_folder_with_the_backend_it_is_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
