@@ -54,7 +54,7 @@ Maps (`language_thresholds`, `context_limits`, `prices`, `embedding_routes`) are
 environment variable (`SEMCACHE_CONTEXT_LIMITS='{"gpt-4o-mini": 128000}'`) and mappings in the
 file; `guards` is comma-separated in a variable (`SEMCACHE_GUARDS=numbers,negation`, or `none`).
 A key in the file that is not a setting stops the start with one line that names the file, the
-line and the closest setting (`semcache.yaml, line 2: unknown setting 'treshold' (did you mean
+line and the closest setting (`semcache.yaml, line 3: unknown setting 'treshold' (did you mean
 'threshold'?)`), and so does a YAML syntax error. A `SEMCACHE_*` variable that is not a setting is
 ignored, with a warning. `semcache config [--config FILE]` prints the settings in force and where
 each one came from.

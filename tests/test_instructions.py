@@ -1,5 +1,5 @@
 """The detector of prompts that tell the model what to answer, and its false positives on real
-questions (README, "Cache poisoning")."""
+questions (docs/security.md, "Cache poisoning")."""
 
 from __future__ import annotations
 
