@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh Linux machine:
-#   make serve   creates .venv, installs semcache, and runs it on its embedded default
-#   make test    creates .venv, installs semcache with its test extras, and runs the whole suite
+#   make serve   creates .venv, installs semcache (the service only), and runs it on its embedded default
+#   make test    adds the test and benchmark tools to .venv, lints, and runs the whole suite
+# Tests that read ../shared/data (the labelled evaluation data) skip when it is absent.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,12 +9,23 @@ ARGS ?=
 
 .PHONY: install serve test lint clean bench reliability
 
-$(VENV)/.installed: pyproject.toml
+# Each marker file records one install; pyproject.toml changing redoes it.
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
 	# CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -21,7 +33,7 @@ install: $(VENV)/.installed
 serve: install
 	$(BIN)/semcache serve $(ARGS)
 
-lint: install
+lint: $(VENV)/.installed-test
 	$(BIN)/ruff check semcache tests benchmarks
 	$(BIN)/ruff format --check semcache tests benchmarks
 	$(BIN)/mypy
@@ -30,10 +42,10 @@ test: lint
 	$(BIN)/python -m pytest $(ARGS)
 
 # The load (30-minute soak), fault, fuzz and probe suites in full; `make test` runs them short.
-reliability: install
+reliability: $(VENV)/.installed-test
 	SEMCACHE_RELIABILITY=full $(BIN)/python -m pytest -m reliability -v $(ARGS)
 
-bench: install
+bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.latency $(ARGS)
 
 clean:

@@ -9,7 +9,7 @@ it. One-prompt time is the median of single-prompt calls. Batched throughput emb
 batches of 8, 16, 32 and 64 (and ``embed_batch_size``), as the server's micro-batcher does under
 load, and the best of them is the floor: the server's batches are whatever size the load makes
 them. Both are measured on the prompts a semantic hit embeds: the paraphrases the semantic-hit
-phase sends (they run longer than the stored questions: 2.1 against 1.7 ms each, on 2026-11-30).
+phase sends (they are longer than the stored questions, and take longer to embed).
 The stored questions' one-prompt time is reported beside it. Prints JSON.
 """
 

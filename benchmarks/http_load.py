@@ -4,11 +4,9 @@ request as soon as its last one is answered, so N requests are really in flight 
 Each simulated client is an ``HttpClient``: one kept-alive HTTP/1.1 connection per server, one
 request at a time, a few dozen lines over asyncio streams. The client's own cost is counted in every
 latency here, and it shares the machine's cores with the server, so the lighter the client, the more
-a latency measures the server. On 2026-11-30, one exact hit took 1.54-1.80 ms at the median with an
-``httpx.AsyncClient`` and 0.64-0.81 ms with aiohttp, on the same server in one run; on 2026-12-01 a
-trivial ASGI app answered in 0.230 ms through aiohttp and in 0.121 ms through a bare socket. One
-shared pool serving 64 concurrent requests once capped this process at 160 requests/s, where 64
-separate clients reached 1,370/s: the load generator, not the server, would have set the pace.
+a latency measures the server: httpx and aiohttp clients each add a share of an exact hit's time
+that a bare socket does not. One shared pool serving 64 concurrent requests also capped this process
+far below what 64 separate clients reach: the load generator, not the server, would set the pace.
 
 Used by ``python -m benchmarks run`` for semcache, for the stand-in upstream called directly and
 for LiteLLM's proxy. A request counts towards a phase's latency and throughput only when its

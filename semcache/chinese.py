@@ -1,8 +1,8 @@
 """Reading Chinese text for the guards: numerals, and who does what to whom.
 
 Chinese has no spaces between words, so the English guards see a whole sentence as one token and
-miss what differs inside it. Two cheap readers cover the hard negatives measured on Chinese
-question pairs (README, "Hit quality"):
+miss what differs inside it. Two cheap readers cover the hard negatives found in the labelled
+Chinese question pairs (docs/hit-quality.md):
 
 - ``numbers``: Arabic and Chinese numerals as values ("十一月" 11, "二十日" 20, "三百五十" 350,
   "九点五" 9.5), so "十一月29日" and "十月29日" differ;

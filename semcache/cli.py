@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import socket
 import sys
@@ -19,11 +20,12 @@ import httpx
 import typer
 from pydantic import ValidationError
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from .settings import Settings
+from .settings import ENV_PREFIX, Settings, SettingsError, read_config_file, unknown_environment_variables
 from .stats_report import stats_report
 
 app = typer.Typer(
@@ -477,18 +479,89 @@ def _progress(quiet: bool) -> Progress:
 
 
 def _settings(values: dict[str, Any]) -> Settings:
+    for warning in unknown_environment_variables(os.environ):
+        typer.echo(f"warning: {warning}", err=True)
     try:
         return Settings(**values)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         _fail(f"invalid settings: {problems}")
+    except SettingsError as exc:
+        _fail(str(exc))  # already names the file and the line
     except (OSError, ValueError) as exc:
         _fail(f"cannot read the configuration: {exc}")
 
 
 def _fail(message: str) -> NoReturn:
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # one line, however long
     raise typer.Exit(2)
+
+
+# -- semcache config: the settings in force, and their reference page -------------------------
+
+# The serve flags whose names differ from the setting they set; the others share their setting's name.
+_FLAG_SETTINGS = {"upstream": "upstream_url", "api_keys": "api_keys_file"}
+# Settings shown only as set or unset.
+_SECRET_SETTINGS = ("upstream_api_key", "admin_key", "metrics_key")
+
+
+@app.command(
+    "config",
+    epilog="Examples: semcache config --config semcache.yaml | "
+    "semcache config --markdown > docs/configuration.md (regenerates the reference page)",
+)
+def config_command(
+    config: Annotated[Path | None, typer.Option(help="YAML settings file. (env SEMCACHE_CONFIG)")] = None,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the reference of every setting as Markdown, defaults only.")
+    ] = False,
+) -> None:
+    """Show every setting in force and where it came from: the --config file, SEMCACHE_* or the default."""
+    from .config_doc import configuration_markdown, format_value
+
+    if markdown:
+        typer.echo(configuration_markdown(serve_flags()), nl=False)
+        return
+    settings = _settings({"config": config} if config else {})
+    from_file = read_config_file(settings.config) if settings.config else {}
+    environment = {name.upper() for name in os.environ}
+    table = Table("setting", "value", "from")
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if name in _SECRET_SETTINGS and value:
+            shown = "(set)"
+        elif name in ("upstream_url", "redis_url"):
+            shown = format_value(_without_password(value))
+        else:
+            shown = format_value(value)
+        if name == "config" and config:
+            source = "--config"
+        elif f"{ENV_PREFIX}{name.upper()}" in environment:
+            source = f"{ENV_PREFIX}{name.upper()}"
+        elif name in from_file:
+            source = str(settings.config)
+        else:
+            source = "default"
+        table.add_row(name, shown.strip("`"), source)
+    console.print(table)
+
+
+def serve_flags() -> dict[str, str]:
+    """Each setting that ``semcache serve`` takes as a flag, with that flag."""
+    command = typer.main.get_command(app)
+    serve_command = command.commands["serve"]  # type: ignore[attr-defined]
+    flags = {}
+    for parameter in serve_command.params:
+        if parameter.name and parameter.opts and parameter.opts[0].startswith("--"):
+            flags[_FLAG_SETTINGS.get(parameter.name, parameter.name)] = parameter.opts[0]
+    return flags
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
 
 
 # -- semcache admin: the /admin API from the command line -------------------------------------

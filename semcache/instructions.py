@@ -114,9 +114,8 @@ class AnswerInstruction:
 
 def find_answer_instruction(text: str) -> AnswerInstruction | None:
     """The first instruction about the answer in ``text``, in reading order, or None for an
-    ordinary prompt. About 4 µs for a question that names no rule's words, 15 µs for one that
-    names them all; a megabyte takes a fraction of a second, so callers run long texts in a
-    worker thread."""
+    ordinary prompt. Only the rules whose words the text holds are run, so a plain question is
+    cheap; a long text is not, so callers run long texts in a worker thread."""
     folded = _fold(text)
     words = set(_LETTERS.findall(folded))
     return _first_instruction(folded, [rule for rule in _RULES_IN_ORDER if not rule.words.isdisjoint(words)])

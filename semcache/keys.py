@@ -196,7 +196,7 @@ def conversation_text(request: ChatCompletionRequest) -> str:
 
 
 # What json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False) would build for
-# every call, built once: a digest costs 3 µs instead of 5, and comes out the same.
+# every call, built once: the digest comes out the same, for less work per request.
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 

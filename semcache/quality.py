@@ -35,7 +35,7 @@ class QualityPolicy:
     verify_below: float = 0.0
     verifier_min_score: float = 0.5
     thresholds: dict[str, float] = field(default_factory=dict)
-    # Tenant safety (README, "Timing side channel" and "Cache poisoning"): entries serve only the
+    # Tenant safety (docs/security.md, "Timing side channel" and "Cache poisoning"): entries serve only the
     # user who stored them; hits wait until this long after their request arrived.
     scope_per_user: bool = False
     hit_min_latency_ms: float = 0.0

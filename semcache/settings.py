@@ -6,7 +6,9 @@ the YAML file named by ``--config`` / ``SEMCACHE_CONFIG``, then the defaults bel
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -22,18 +24,26 @@ from .quality import validate_thresholds
 from .wire import MAX_JSON_DEPTH, MAX_MESSAGES, MAX_TOOLS
 
 ENV_PREFIX = "SEMCACHE_"
+# SEMCACHE_* variables that the test suite and the benchmarks read, not the service.
+TOOL_VARIABLES = frozenset(
+    {"SEMCACHE_RELIABILITY", "SEMCACHE_REQUIRE_SHARED_DATA", "SEMCACHE_LOAD_WORKLOAD", "SEMCACHE_LOAD_REQUESTS"}
+)
 
-# Chosen on ../shared/data with all-MiniLM-L6-v2 (README, "Hit quality"): with these guards, the
-# threshold that serves at least 45% of the possible hits of the QQP trace with the fewest wrong ones.
+# Chosen on the labelled QQP trace (docs/hit-quality.md): with these guards, the threshold that
+# serves at least 45% of the possible hits with the fewest wrong ones.
 DEFAULT_THRESHOLD = 0.91
 # "roles" reads Chinese text only (swapped roles or direction); Latin text always passes it.
 DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "roles", "literals")
-# Per prompt script, for the multilingual model those scripts use (README, "Hit quality", Chinese):
+# Per prompt script, for the multilingual model those scripts use (docs/hit-quality.md, Chinese):
 # multilingual-e5-small packs its cosines into 0.8-1.0.
 DEFAULT_LANGUAGE_THRESHOLDS = {"han": 0.987, "other": 0.987}
 # The longest lifetime an entry may be given, by the ttl setting or a request's X-Semcache-TTL:
 # ten years, far inside what every store can count in milliseconds.
 MAX_TTL_S = 315_360_000
+
+
+class SettingsError(ValueError):
+    """A configuration mistake, said in one line that names where it is."""
 
 
 class ModelPrice(BaseModel):
@@ -45,7 +55,9 @@ class ModelPrice(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
+    # Unknown names in the file or the arguments are refused (see _reject_unknown); pydantic-settings
+    # reads only the environment variables of known settings, so SEMCACHE_* variables behave as before.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
 
     config: Path | None = Field(None, description="YAML file with any of these settings.")
 
@@ -191,7 +203,7 @@ class Settings(BaseSettings):
     cache_answer_instructions: bool = Field(
         False,
         description="Cache prompts that tell the model what to answer ('... Answer exactly: ...'). Off: they bypass "
-        "the cache, so that their answers never reach other people's questions (README, Cache poisoning).",
+        "the cache, so that their answers never reach other people's questions (docs/security.md).",
     )
     multi_turn: Literal["standalone", "strict"] = Field(
         "standalone",
@@ -345,7 +357,46 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        _reject_unknown(dict.fromkeys(init_settings()), "")
         return init_settings, env_settings, _YamlFileSource(settings_cls, init_settings)
+
+
+def _closest_setting(name: str) -> str | None:
+    spelled = _setting_name(name.lower()).removeprefix(ENV_PREFIX.lower())
+    matches = difflib.get_close_matches(spelled, list(Settings.model_fields), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def _reject_unknown(names: Mapping[str, int | None], where: str) -> None:
+    """Raises SettingsError for the first name that is not a setting, naming the closest one.
+    ``names`` maps each name as written to its line in the file ``where``, if known."""
+    for name, line in names.items():
+        if _setting_name(name) in Settings.model_fields:
+            continue
+        prefix = f"{where}, line {line}: " if line else f"{where}: " if where else ""
+        closest = _closest_setting(name)
+        hint = f" (did you mean '{closest}'?)" if closest else ""
+        raise SettingsError(f"{prefix}unknown setting '{name}'{hint}")
+
+
+def _setting_name(key: object) -> str:
+    """A file's key as a setting's name: 'upstream-url' is upstream_url."""
+    return str(key).replace("-", "_")
+
+
+def unknown_environment_variables(environ: Mapping[str, str]) -> list[str]:
+    """Warnings for SEMCACHE_* variables that are no setting: they are ignored, as ever, but a
+    misspelt one should not go unnoticed."""
+    warnings = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in TOOL_VARIABLES:
+            continue
+        if upper.removeprefix(ENV_PREFIX).lower() not in Settings.model_fields:
+            closest = _closest_setting(variable)
+            hint = f" (did you mean {ENV_PREFIX}{closest.upper()}?)" if closest else ""
+            warnings.append(f"{variable} is not a semcache setting and is ignored{hint}")
+    return warnings
 
 
 class _YamlFileSource(PydanticBaseSettingsSource):
@@ -360,9 +411,29 @@ class _YamlFileSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         path = self._init_settings().get("config") or os.environ.get(f"{ENV_PREFIX}CONFIG")
-        if not path:
-            return {}
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"config file {path} must hold a mapping of setting names to values")
-        return {str(key).replace("-", "_"): value for key, value in data.items()}
+        return read_config_file(Path(path)) if path else {}
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings in a YAML file, keys spelled with '-' or '_'. Raises SettingsError, in one line
+    naming the file and the line, for invalid YAML and for names that are not settings."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise SettingsError(yaml_problem(path, exc)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
+        raise SettingsError(f"{path}: must hold a mapping of setting names to values")
+    _reject_unknown({str(key.value): key.start_mark.line + 1 for key, _ in root.value}, str(path))
+    return {_setting_name(key): value for key, value in data.items()}
+
+
+def yaml_problem(path: Path | str, exc: yaml.YAMLError) -> str:
+    """A YAML parser's error in one line: the file, the line and what is wrong there."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"{path}, line {mark.line + 1}" if mark is not None else str(path)
+    return f"{where}: not valid YAML: {problem}"

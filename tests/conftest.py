@@ -21,7 +21,22 @@ from semcache.testing.servers import ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The team's labelled evaluation data, beside the checkout as CI lays it out; a plain clone lacks it.
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+NO_SHARED_DATA = "needs ../shared/data (the labelled evaluation data), absent in this clone"
+# CI sets this, so that data tests that silently skipped could not pass there.
+REQUIRE_SHARED_DATA = "SEMCACHE_REQUIRE_SHARED_DATA"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``shared_data`` skip when ../shared/data is absent, unless CI requires it."""
+    if SHARED_DATA.is_dir():
+        return
+    needing = [item for item in items if item.get_closest_marker("shared_data")]
+    if needing and os.environ.get(REQUIRE_SHARED_DATA):
+        raise pytest.UsageError(f"{REQUIRE_SHARED_DATA} is set but {SHARED_DATA} is absent")
+    for item in needing:
+        item.add_marker(pytest.mark.skip(reason=NO_SHARED_DATA))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -131,6 +131,7 @@ def test_targets_are_ratios_of_figures_from_the_same_run() -> None:
     assert "LiteLLM proxy: skipped: its venv is not built." in summary
 
 
+@pytest.mark.shared_data
 def test_embedders_benchmark_compares_backends_with_torch(embedding_exports: Path) -> None:
     result = embedders.run(
         ["torch", "onnx-int8"], rounds=1, singles_per_round=3, batch_sizes=(8,), quality_texts=64,

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from semcache import cli
 from semcache.cli import app
+from semcache.settings import Settings
 from semcache.stats import Stats
 from semcache.testing.servers import ThreadedUvicorn, free_port
 
@@ -138,10 +139,73 @@ def test_serve_with_a_broken_template_file(tmp_path: Path) -> None:
     assert_friendly(result, "error:", "not valid YAML")
 
 
+def test_serve_with_a_misspelt_setting_in_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("treshold: 0.99\n")
+    result = runner.invoke(app, ["serve", "--config", str(config)])
+    assert_friendly(result, f"error: {config}, line 1: unknown setting 'treshold' (did you mean 'threshold'?)")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_serve_with_a_yaml_syntax_error_in_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("threshold: 0.9\n  ttl: 60\n")
+    result = runner.invoke(app, ["serve", "--config", str(config)])
+    assert_friendly(result, f"error: {config}, line 2: not valid YAML: mapping values are not allowed here")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_misspelt_environment_variable_is_warned_about(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SEMCACHE_TRESHOLD", "0.99")
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 0
+    assert "warning: SEMCACHE_TRESHOLD is not a semcache setting and is ignored (did you mean SEMCACHE_THRESHOLD?)" in (
+        result.output
+    )
+
+
 def test_a_non_numeric_threshold_is_a_usage_error() -> None:
     result = runner.invoke(app, ["serve", "--threshold", "high"])
     assert result.exit_code == 2
     assert "Invalid value" in result.output
+
+
+# -- config --------------------------------------------------------------------------------------
+
+
+def test_config_shows_each_setting_in_force_and_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "semcache.yaml"
+    config.write_text("threshold: 0.93\nupstream-url: http://user:hunter2@upstream.internal/v1\n")
+    monkeypatch.setenv("SEMCACHE_TTL", "60")
+    monkeypatch.setenv("SEMCACHE_ADMIN_KEY", "admin-secret-1234")
+    monkeypatch.setattr(cli.console, "width", 200)
+    result = runner.invoke(app, ["config", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") == 4}
+    assert "0.93" in rows["threshold"] and str(config) in rows["threshold"]
+    assert "60" in rows["ttl"] and "SEMCACHE_TTL" in rows["ttl"]
+    assert "default" in rows["port"] and "8080" in rows["port"]
+    assert "(set)" in rows["admin_key"] and "admin-secret-1234" not in result.output
+    assert "hunter2" not in result.output and "user:***@upstream.internal" in rows["upstream_url"]
+
+
+def test_config_markdown_is_the_reference_page_with_every_setting_and_serve_flag() -> None:
+    result = runner.invoke(app, ["config", "--markdown"])
+    assert result.exit_code == 0
+    page = result.output
+    assert page.startswith("<!-- Generated from semcache/settings.py by `semcache config --markdown")
+    for name in Settings.model_fields:
+        assert f"| `{name}`<br>`SEMCACHE_{name.upper()}`" in page
+    assert "| `upstream_url`<br>`SEMCACHE_UPSTREAM_URL`<br>`--upstream` | `https://api.openai.com/v1` |" in page
+    assert "| `threshold`<br>`SEMCACHE_THRESHOLD`<br>`--threshold` | `0.91` | number ≥ 0.0, ≤ 1.0 |" in page
+
+
+def test_every_serve_flag_sets_a_setting() -> None:
+    flags = cli.serve_flags()  # a flag named unlike its setting needs an entry in cli._FLAG_SETTINGS
+    assert set(flags) <= set(Settings.model_fields)
+    assert flags["upstream_url"] == "--upstream" and flags["api_keys_file"] == "--api-keys"
 
 
 # -- stats ---------------------------------------------------------------------------------------

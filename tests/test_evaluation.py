@@ -28,6 +28,7 @@ def run(*args: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.shared_data
 def test_eval_pairs_reports_precision_recall_and_the_best_threshold(tmp_path: Path) -> None:
     pairs = sample(tmp_path, "qqp_dev.jsonl", 120)
     report = run("eval", "pairs", str(pairs), "--plot", str(tmp_path / "pairs.png"))
@@ -43,6 +44,7 @@ def test_eval_pairs_reports_precision_recall_and_the_best_threshold(tmp_path: Pa
     assert (tmp_path / "pairs.png").stat().st_size > 10_000
 
 
+@pytest.mark.shared_data
 def test_eval_pairs_flags_override_the_shipped_settings(tmp_path: Path) -> None:
     pairs = sample(tmp_path, "mqp_dev.jsonl", 60)
     loose = run("eval", "pairs", str(pairs), "--threshold", "0.5", "--guards", "none")
@@ -51,6 +53,7 @@ def test_eval_pairs_flags_override_the_shipped_settings(tmp_path: Path) -> None:
     assert set(loose["by_source"]) == {"mqp"}
 
 
+@pytest.mark.shared_data
 def test_eval_trace_replays_through_the_pipeline(tmp_path: Path) -> None:
     trace = sample(tmp_path, "trace_qqp_dev.jsonl", 300)
     report = run("eval", "trace", str(trace), "--threshold", "0.85")
@@ -70,6 +73,7 @@ def test_eval_reports_bad_files_without_a_traceback(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "missing ['duplicate']" in result.output
 
 
+@pytest.mark.shared_data
 def test_eval_trace_simulated_feedback_teaches_the_cache(tmp_path: Path) -> None:
     trace = sample(tmp_path, "trace_qqp_dev.jsonl", 400)
     without = run("eval", "trace", str(trace), "--threshold", "0.8", "--guards", "none")

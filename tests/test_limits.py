@@ -83,7 +83,7 @@ def test_token_counter_cache_is_seeded_offline(tmp_path: Path, tokens: TokenCoun
     assert tokens.count_text("hello world", "gpt-4o-mini") == 2
 
 
-# --- Bounds on client input (README, "Bounds on client input") ----------------------------------
+# --- Bounds on client input (docs/http-api.md, "Bounds on client input") --------------------------
 
 
 def chat_body(**fields: Any) -> bytes:

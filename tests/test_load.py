@@ -21,8 +21,9 @@ from benchmarks.load.traffic import Traffic, Workload, api_keys_file_content, bu
 from semcache import normalize
 from semcache.testing.reliability import full_mode
 
+from .conftest import SHARED_DATA
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
 BOUNDS = MemoryBounds(
     max_growth_bytes_per_1k_requests=1 * MIB, noise_floor_bytes=16 * MIB, min_warmup_s=5, min_requests_judged=2_000
 )
@@ -34,7 +35,7 @@ def _draw(workload: Workload, count: int) -> list:
     return [traffic.next_request(tenants[n % len(tenants)]) for n in range(count)]
 
 
-@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs the labelled data folder")
+@pytest.mark.shared_data
 def test_traffic_mixes_short_questions_conversations_repeats_and_streams() -> None:
     workload = build_workload(SHARED_DATA)
     requests = _draw(workload, 4_000)

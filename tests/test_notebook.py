@@ -15,7 +15,7 @@ from semcache.testing.standin_upstream import StandinUpstream
 
 from .conftest import SHARED_DATA
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.shared_data]
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "threshold_tuning.ipynb"
 
 

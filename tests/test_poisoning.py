@@ -1,5 +1,5 @@
 """Cache poisoning in a shared namespace, over real HTTP with the openai SDK: what an attacker gets
-with the instruction guard off, and what the defences do (README, "Cache poisoning").
+with the instruction guard off, and what the defences do (docs/security.md, "Cache poisoning").
 
 The stand-in upstream plays an obedient model: it answers the attacker's prompt with what the
 attacker asked for. Victims send ``Cache-Control: no-store``, so the attacker's entry is the only

@@ -28,6 +28,7 @@ def render(table: object) -> str:
     return console.export_text()
 
 
+@pytest.mark.shared_data
 def test_the_table_shows_semcache_and_placeholders_for_an_unmeasured_gptcache(
     minilm: SentenceTransformerEmbedder,
 ) -> None:
@@ -59,6 +60,7 @@ def test_gptcache_outcomes_are_scored_like_semcache_pairs() -> None:
     assert (trace.hits, trace.wrong_hit_rate, trace.possible_hits, trace.served_share) == (4, 0.25, 3, 1.0)
 
 
+@pytest.mark.shared_data
 def test_no_gptcache_run_writes_json_without_touching_its_venv(
     minilm: SentenceTransformerEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from semcache.settings import DEFAULT_THRESHOLD, Settings
+from semcache.settings import DEFAULT_THRESHOLD, Settings, SettingsError, unknown_environment_variables
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +83,57 @@ def test_empty_yaml_file_changes_nothing(tmp_path: Path) -> None:
 def test_yaml_file_that_is_not_a_mapping(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must hold a mapping"):
         Settings(config=write_yaml(tmp_path, "- threshold\n- 0.8\n"))
+
+
+def test_an_unknown_key_in_the_yaml_file_names_the_file_the_line_and_the_closest_setting(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "port: 9000\ntreshold: 0.99\n")
+    with pytest.raises(SettingsError) as caught:
+        Settings(config=path)
+    assert str(caught.value) == f"{path}, line 2: unknown setting 'treshold' (did you mean 'threshold'?)"
+
+
+@pytest.mark.parametrize(
+    ("key", "closest"),
+    [("upstream-urll", "upstream_url"), ("SEMCACHE_THRESHOLD", "threshold"), ("Threshold", "threshold")],
+)
+def test_an_unknown_key_is_named_as_written(tmp_path: Path, key: str, closest: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings(config=write_yaml(tmp_path, f"{key}: 1\n"))
+    assert str(caught.value).endswith(f"line 1: unknown setting '{key}' (did you mean '{closest}'?)")
+
+
+def test_an_unknown_key_with_no_close_setting_is_named_alone(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings(config=write_yaml(tmp_path, "zzqqxx: 1\n"))
+    assert str(caught.value).endswith("unknown setting 'zzqqxx'")
+
+
+def test_an_unknown_keyword_argument_is_an_error() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings(treshold=0.99)
+    assert str(caught.value) == "unknown setting 'treshold' (did you mean 'threshold'?)"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [("threshold: 0.9\n  ttl: 5\n", 2), ("port: 1\nthreshold: [0.9\n", 3), ("a: 'open\n", 2), ("\tport: 1\n", 1)],
+)
+def test_a_yaml_syntax_error_is_one_line_with_the_file_and_the_line(tmp_path: Path, text: str, line: int) -> None:
+    path = write_yaml(tmp_path, text)
+    with pytest.raises(SettingsError) as caught:
+        Settings(config=path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}, line {line}: not valid YAML: ") and "\n" not in message
+
+
+def test_unknown_semcache_variables_are_still_ignored_but_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEMCACHE_TRESHOLD", "0.5")
+    monkeypatch.setenv("SEMCACHE_RELIABILITY", "full")  # the test suite's own, not a setting
+    monkeypatch.setenv("SEMCACHE_PORT", "9000")
+    assert Settings().threshold == DEFAULT_THRESHOLD and Settings().port == 9000
+    assert unknown_environment_variables(os.environ) == [
+        "SEMCACHE_TRESHOLD is not a semcache setting and is ignored (did you mean SEMCACHE_THRESHOLD?)"
+    ]
 
 
 def test_precedence_kwargs_then_env_then_yaml_then_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

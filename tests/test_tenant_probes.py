@@ -5,7 +5,7 @@ clear error in OpenAI's shape or in a miss, and never carry team-b's answer.
 
 Team-a's probes send ``Cache-Control: no-store``, so team-a's own namespace stays empty: any hit it
 gets would have come from somewhere else. The last part checks hit padding against the timing
-side channel (README, "Timing side channel")."""
+side channel (docs/security.md, "Timing side channel")."""
 
 from __future__ import annotations
 

@@ -268,8 +268,7 @@ def _model_calls(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     (rows times the longest, padding included), and always at least one text.
 
     Past a few hundred tokens a call gets slower per text, not faster, as its activations outgrow
-    the core's cache: on 2026-12-01 (2-core Xeon, int8), 12-token questions ran at 690/s in calls of
-    16-24 and 626/s in calls of 64; 40-token texts at 187/s in calls of 8 and 137/s in calls of 64.
+    the core's cache (``python -m benchmarks.embedders`` compares batch sizes).
     """
     calls: list[list[int]] = []
     for group in _similar_lengths(lengths):  # ascending lengths: a call's last row is its longest

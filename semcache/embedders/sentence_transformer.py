@@ -57,9 +57,9 @@ class SentenceTransformerEmbedder:
     def _limit_threads(self) -> None:
         """Give torch ``threads`` intra-op threads (default: all cores but one) in the calling thread.
 
-        torch's thread count is per calling thread, so it is set where embedding runs. Measured on
-        2 cores: with both cores, torch's idle threads spin after each forward pass and starve the
-        event loop, FAISS and SQLite; with one, a miss's lookup took 15 ms instead of 20 ms at p50.
+        torch's thread count is per calling thread, so it is set where embedding runs. With every
+        core, torch's idle threads spin after each forward pass and starve the event loop, FAISS and
+        SQLite.
         """
         if getattr(self._thread_state, "threads", None) != self.threads:
             import torch

