@@ -18,7 +18,6 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from . import guards as guard_checks
 from .coalescing import Flight, InFlight
 from .embedders import BatchingEmbedder, FollowUp
 from .entries import CacheEntry, NegativeFeedback
@@ -515,10 +514,7 @@ class Pipeline:
         if nearest is None:
             return False
         flight, similarity = nearest
-        policy = self.policies.for_namespace(lookup.key.namespace)
-        if similarity < policy.threshold_for(lookup.key.language):
-            return False
-        if not all(r.passed for r in guard_checks.check(lookup.key.prompt, flight.key.prompt, policy.guards)):
+        if not await self.semantic.accepts_in_flight(lookup.key, lookup.vector, flight.key.prompt, similarity):
             return False
         try:
             done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)

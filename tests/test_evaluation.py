@@ -64,6 +64,7 @@ def test_eval_trace_replays_through_the_pipeline(tmp_path: Path) -> None:
     assert report["misses"] + report["hits"] == 300
     assert report["upstream_calls"] == report["misses"] and report["extra_upstream_calls"] == 0
     assert report["correct_hits"] > 0
+    assert set(report["second_half"]) == {"wrong_hit_rate", "served_share"}
 
 
 def test_eval_reports_bad_files_without_a_traceback(tmp_path: Path) -> None:

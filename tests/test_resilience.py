@@ -91,6 +91,33 @@ async def test_a_semantic_match_waits_for_the_request_in_flight(service: str, up
     assert upstream.chat_calls() == 1
 
 
+async def test_a_match_in_flight_is_decided_and_logged_as_a_stored_one_would_be(
+    service: str, upstream: StandinUpstream
+) -> None:
+    """One acceptance policy: threshold, guards and the decision log apply to a request in flight."""
+    upstream.state.base_latency_s = 0.6
+    year_2015, year_2016 = "What was the population of France in 2015?", "What was the population of France in 2016?"
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            first = asyncio.create_task(client.post(f"{service}/v1/chat/completions", json=body(year_2015)))
+            await asyncio.sleep(0.2)
+            second = await client.post(f"{service}/v1/chat/completions", json=body(year_2016))
+            await first
+            first_paraphrase = asyncio.create_task(client.post(f"{service}/v1/chat/completions", json=body(QUESTION)))
+            await asyncio.sleep(0.2)
+            shared = await client.post(f"{service}/v1/chat/completions", json=body(PARAPHRASE))
+            await first_paraphrase
+            decisions = (await client.get(f"{service}/admin/decisions")).json()["data"]
+    finally:
+        upstream.state.base_latency_s = 0.0
+    assert second.headers["x-semcache"] == "miss"  # the numbers guard vetoed the request in flight
+    assert second.json()["choices"][0]["message"]["content"] == f"Answer to: {year_2016}"
+    assert shared.headers.get("x-semcache-coalesced") == "true"
+    in_flight = {d["query"]: d for d in decisions if d["candidate"] in (year_2015, QUESTION)}
+    assert in_flight[year_2016]["decision"] == "rejected: guard numbers"
+    assert in_flight[PARAPHRASE]["decision"] == "hit: a request in flight"
+
+
 async def test_when_the_leader_fails_one_follower_retries(serve: Callable[..., str], upstream: StandinUpstream) -> None:
     url = serve(upstream_max_attempts=1)
     upstream.set_fault(status=500, times=1, latency_s=0.5)

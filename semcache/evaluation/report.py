@@ -69,6 +69,8 @@ def trace_table(report: TraceReport) -> Table:
         ("wrong hits", report.wrong_hits),
         ("wrong-hit rate", f"{report.wrong_hit_rate:.1%}"),
         ("share of possible hits served", f"{report.served_share:.1%} of {report.possible_hits}"),
+        ("second half: wrong-hit rate / share served",
+         f"{report.second_half['wrong_hit_rate']:.1%} / {report.second_half['served_share']:.1%}"),
         ("upstream calls", report.upstream_calls),
         ("extra upstream calls", f"{report.extra_upstream_calls} ({report.extra_upstream_share:.1%} of requests)"),
         ("wrong hits reported by simulated users", report.reported_wrong),

@@ -1,7 +1,8 @@
 """``semcache eval trace``: replay prompts in arrival order through the real lookup pipeline.
 
-The upstream is simulated: it answers every prompt with its cluster's answer, so a hit is correct
-exactly when it returns the answer of the prompt's own cluster.
+The upstream is simulated: it answers every prompt with an answer about its cluster, worded
+differently each time, as a real model would. A hit is correct exactly when the answer it returns
+was written for the prompt's own cluster.
 """
 
 from __future__ import annotations
@@ -26,21 +27,32 @@ from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest, chat_completion, completion_id
 from .embedding_cache import CachedEmbedder
 
-_ANSWER_PREFIX = "answer for cluster "
+# Pieces a simulated answer is worded from: each call picks its own, so no two answers to one
+# cluster need be the same string.
+_OPENINGS = ("In short,", "Here is the answer:", "Briefly,", "To answer your question,", "Good question.")
+_CLOSINGS = ("Hope that helps.", "Let me know if you need more.", "", "That is the gist of it.")
 
 
 class ClusterUpstream:
-    """An ``Upstream`` that answers each prompt with the answer of its labelled cluster."""
+    """An ``Upstream`` that answers each prompt about its labelled cluster, in different words each
+    time, and remembers which cluster every answer it gave was about."""
 
-    def __init__(self, cluster_of: dict[str, str]) -> None:
+    def __init__(self, cluster_of: dict[str, str], seed: int = 20240601) -> None:
         self._cluster_of = cluster_of
+        self._wording = random.Random(seed)
+        self.cluster_of_answer: dict[str, str] = {}
         self.calls = 0
 
     async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         self.calls += 1
-        prompt = body["messages"][-1]["content"]
-        answer = _ANSWER_PREFIX + self._cluster_of[prompt]
+        cluster = self._cluster_of[body["messages"][-1]["content"]]
+        answer = self._answer_about(cluster)
+        self.cluster_of_answer[answer] = cluster
         return chat_completion(response_id=completion_id(), model=body["model"], content=answer, usage={})
+
+    def _answer_about(self, cluster: str) -> str:
+        opening, closing = self._wording.choice(_OPENINGS), self._wording.choice(_CLOSINGS)
+        return f"{opening} this is answer {self.calls} on topic {cluster}. {closing}".strip()
 
     async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         raise NotImplementedError("the trace replay asks without streaming")
@@ -59,6 +71,7 @@ class TraceReport:
     policy: dict[str, Any]
     hits: int
     tiers: dict[str, int]
+    second_half: dict[str, float]  # wrong_hit_rate and served_share of the trace's second half alone
     correct_hits: int
     wrong_hits: int
     wrong_hit_rate: float  # wrong hits / hits
@@ -123,9 +136,11 @@ async def _replay(
 ) -> TraceReport:
     tiers = {"exact": 0, "template": 0, "semantic": 0}
     correct = wrong = misses = reported = 0
+    late_correct = late_wrong = 0
+    half = len(rows) // 2
     chance = random.Random(20240601)
     examples: list[dict[str, Any]] = []
-    for row in rows:
+    for position, row in enumerate(rows):
         request = ChatCompletionRequest.model_validate(
             {"model": "eval", "messages": [{"role": "user", "content": str(row["prompt"])}]}
         )
@@ -135,10 +150,12 @@ async def _replay(
             await pipeline.forward(lookup, {})
         else:
             tiers[lookup.hit.tier] += 1
-            if lookup.hit.answer == _ANSWER_PREFIX + str(row["cluster"]):
+            if upstream.cluster_of_answer.get(lookup.hit.answer) == str(row["cluster"]):
                 correct += 1
+                late_correct += position >= half
             else:
                 wrong += 1
+                late_wrong += position >= half
                 examples.append({"prompt": row["prompt"], "matched": lookup.hit.matched_prompt,
                                  "similarity": lookup.hit.similarity, "tier": lookup.hit.tier})  # fmt: skip
                 if chance.random() < feedback_rate:  # a user notices and reports it
@@ -149,9 +166,16 @@ async def _replay(
             advance(1)
     hits = correct + wrong
     possible = sum(r.get("duplicate_of") is not None for r in rows)
+    late_possible = sum(r.get("duplicate_of") is not None for r in rows[half:])
+    late_hits = late_correct + late_wrong
+    second_half = {
+        "wrong_hit_rate": round(late_wrong / late_hits, 4) if late_hits else 0.0,
+        "served_share": round(late_correct / late_possible, 4) if late_possible else 0.0,
+    }
     extra = upstream.calls - misses
     return TraceReport(
-        requests=len(rows), policy={}, hits=hits, tiers=tiers, correct_hits=correct, wrong_hits=wrong,
+        requests=len(rows), policy={}, hits=hits, tiers=tiers, second_half=second_half, correct_hits=correct,
+        wrong_hits=wrong,
         wrong_hit_rate=round(wrong / hits, 4) if hits else 0.0, possible_hits=possible,
         served_share=round(correct / possible, 4) if possible else 0.0, misses=misses,
         upstream_calls=upstream.calls, extra_upstream_calls=extra,

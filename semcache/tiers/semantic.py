@@ -6,7 +6,8 @@ A candidate is served only if, in order:
 2. it was never reported wrong for this query (negative feedback);
 3. every enabled guard passes (numbers, negation, entities, ...);
 4. below ``verify_below``, the verifier accepts the pair.
-Each lookup leaves a ``Decision`` that explains the outcome.
+Each lookup leaves a ``Decision`` that explains the outcome. A similar request still in flight is
+judged by the same rules (``accepts_in_flight``), less those that need a stored entry.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class SemanticTier:
             decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=entry.prompt,
                                 similarity=round(similarity, 4), entry_id=entry_id, language=key.language,
                                 threshold=threshold)  # fmt: skip
-            reason = await self._rejection(policy, key, vector, entry, similarity, decision)
+            reason = await self._rejection(policy, key, vector, entry, entry.prompt, similarity, decision)
             if reason is None:
                 decision.decision = "hit"
                 self._decide(decision)
@@ -109,28 +110,46 @@ class SemanticTier:
         self._decide(decision)
         return None
 
+    async def accepts_in_flight(self, key: RequestKey, vector: np.ndarray, candidate: str, similarity: float) -> bool:
+        """Whether a similar request still in flight may answer this one, by the same rules as a
+        stored candidate (it has no entry yet: no learned threshold, no feedback), logged alike."""
+        policy = self.policies.for_namespace(key.namespace)
+        threshold = policy.threshold_for(key.language)
+        decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=candidate,
+                            similarity=round(similarity, 4), language=key.language, threshold=threshold)  # fmt: skip
+        if similarity < threshold:
+            reason: str | None = "below the threshold"
+        else:
+            reason = await self._rejection(policy, key, vector, None, candidate, similarity, decision)
+        decision.decision = "hit: a request in flight" if reason is None else f"rejected: {reason}"
+        self._decide(decision)
+        return reason is None
+
     async def _rejection(
         self,
         policy: QualityPolicy,
         key: RequestKey,
         vector: np.ndarray,
-        entry: CacheEntry,
+        entry: CacheEntry | None,
+        candidate: str,
         similarity: float,
         decision: Decision,
     ) -> str | None:
-        if entry.tool_calls is not None:
-            return "tool calls are served on exact matches only"
-        if entry.min_similarity is not None and similarity < entry.min_similarity:
-            return "below the entry's learned threshold"
-        if self._reported_wrong(entry, key, vector):
-            return "reported wrong for this query"
-        results = guards.check(key.prompt, entry.prompt, policy.guards)
+        """Why ``candidate`` (the prompt of ``entry``, when it is stored) may not answer the query."""
+        if entry is not None:
+            if entry.tool_calls is not None:
+                return "tool calls are served on exact matches only"
+            if entry.min_similarity is not None and similarity < entry.min_similarity:
+                return "below the entry's learned threshold"
+            if self._reported_wrong(entry, key, vector):
+                return "reported wrong for this query"
+        results = guards.check(key.prompt, candidate, policy.guards)
         decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail} for r in results]
         failed = [r.guard for r in results if not r.passed]
         if failed:
             return f"guard {failed[0]}"
         if self.verifier is not None and similarity < policy.verify_below:
-            score = (await asyncio.to_thread(self.verifier, key.prompt, [entry.prompt]))[0]
+            score = (await asyncio.to_thread(self.verifier, key.prompt, [candidate]))[0]
             decision.verifier_score = round(score, 4)
             if score < policy.verifier_min_score:
                 return "verifier"
