@@ -203,7 +203,16 @@ def roles(query: _Text, cached: _Text) -> GuardResult:
 _FENCED = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 # Marks that make a word code or math rather than prose: "C++", "x^2", "a_b", "!=", "<div>".
-_CODE_MARKS = re.compile(r"[_#+=*^<>|\\~@{}\[\]`]|!(?=.)|(?<=[0-9])!|[A-Za-z]\.[a-z]{2,}|^-+[0-9A-Za-z]|^[./~]+/")
+_CODE_MARKS = re.compile(
+    r"[_#+=*^<>|\\~@{}\[\]`]|!(?=.)|(?<=[0-9])!"  # operators, brackets, "!=" and factorials
+    r"|[A-Za-z]\.[a-z]{2,}"  # dotted names: os.path, file.txt
+    r"|^[-\u2013\u2014\u2212]+[0-9A-Za-z]"  # flags and negative numbers, with any dash a word processor types
+    r"|^[./~]*/[A-Za-z0-9]|/[^/\s]*/|[0-9]/[0-9]"  # paths, s/a/b/g, 7/3 (not prose's "and/or")
+    r"|[A-Za-z0-9_]\((?!s$)"  # calls: print(x), but not a plural's "song(s)"
+    r"|\$[A-Za-z_{(]|[A-Za-z]%|%[A-Za-z]"  # $HOME, ${x}, LIKE 'abc%', %s
+)
+# A word made only of operators ("7 / 3", "x - y"): the math is in it.
+_OPERATOR_WORD = re.compile(r"[-+*/%^=<>\u2212]{1,3}")
 # What wraps a word in prose; stripped before a word is judged.
 _OPENING = "\"'([{“‘«"
 _CLOSING = "\"')]}”’».,;:?"
@@ -219,7 +228,9 @@ def _literal_words(text: str) -> list[str]:
         core = word.lstrip(_OPENING).rstrip(_CLOSING)
         if core.endswith("!") and core[:-1][-1:].isalpha():
             core = core.rstrip("!")  # an exclamation, not a factorial
-        if core and (_CODE_MARKS.search(core) or any(ch in _SCRIPT_CHARS for ch in core)):
+        if core and (
+            _CODE_MARKS.search(core) or _OPERATOR_WORD.fullmatch(core) or any(ch in _SCRIPT_CHARS for ch in core)
+        ):
             sentence_case = sentence_start and not core[1:2].isupper()  # "Node.js", not "LOAD_HU"
             found.append(core[0].lower() + core[1:] if sentence_case else core)
         sentence_start = word.rstrip("\"')]}”’»")[-1:] in (".", "?", "!", ":")

@@ -27,9 +27,11 @@ _NOT_ANSWER_SHAPING = {"messages", "model", "stream", "stream_options", "user", 
 # Han, kana and the CJK symbols and punctuation block (。、「」...): text written without spaces.
 _CJK = "\u3000-\u303f\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
 _HAS_CJK = re.compile(f"[{_CJK}]")
-# Whitespace between two CJK characters, or between one and a punctuation mark ("你好, 世界").
+# Spaces between two CJK characters, or between one and a punctuation mark ("你好, 世界"); never a
+# line break, nor the indentation after one, which may be the structure of code or a list.
 _PUNCT = "!-/:-@\\[-`{-~"
-_SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}])\\s+(?=[{_CJK}{_PUNCT}])|(?<=[{_PUNCT}])\\s+(?=[{_CJK}])")
+_SPACE = "[^\\S\\n\\r\\v\\f\\x85\\u2028\\u2029]+"
+_SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}]){_SPACE}(?=[{_CJK}{_PUNCT}])|(?<=[{_PUNCT}]){_SPACE}(?=[{_CJK}])")
 # The full-width forms of ASCII (Ａ, １, ？) and the half-width forms of katakana and Hangul, and
 # the ideographic space: the same characters at another width, which NFKC folds.
 _WIDTH_FORMS = re.compile("[\u3000\uff01-\uffee]+")
@@ -114,7 +116,12 @@ def bypass_reason(
 
 
 def request_key(
-    request: ChatCompletionRequest, namespace: str, *, standalone: bool = False, user: str | None = None
+    request: ChatCompletionRequest,
+    namespace: str,
+    *,
+    standalone: bool = False,
+    user: str | None = None,
+    account: str | None = None,
 ) -> RequestKey:
     """Keys for a request that ``bypass_reason`` allowed.
 
@@ -135,6 +142,8 @@ def request_key(
         parts["lang"] = language
     if user is not None:  # only with scope_per_user: shared scopes stay as they were
         parts["user"] = user
+    if account is not None:  # only when the client names an upstream organization or project
+        parts["account"] = account
     # The prompt message's other fields (its author's ``name``): an answer may address them.
     prompt_fields = last.model_dump(exclude={"role", "content"}, exclude_none=True)
     if prompt_fields:  # only when sent: scopes without them stay as they were
@@ -189,10 +198,37 @@ def user_id(authorization: str | None, user: str | None) -> str | None:
     return _digest({"authorization": authorization or "", "user": user or ""})
 
 
+def consulted_tools(request: ChatCompletionRequest) -> bool:
+    """Whether earlier turns hold tool calls or their results: data from outside the conversation
+    (a weather report, a database row) that shapes the answer, however the question reads."""
+    for message in request.messages[:-1]:
+        extras = message.model_extra or {}
+        if message.role in ("tool", "function") or extras.get("tool_calls") or extras.get("function_call"):
+            return True
+    return False
+
+
+def account_id(organization: str | None, project: str | None) -> str | None:
+    """The upstream account a request asked for (``OpenAI-Organization``, ``OpenAI-Project``), which
+    may change the models it reaches; None when it named neither. Part of the scope when set."""
+    if not organization and not project:
+        return None
+    return _digest({"organization": organization or "", "project": project or ""})
+
+
 def conversation_text(request: ChatCompletionRequest) -> str:
-    """The text of the user and assistant turns before the prompt."""
-    turns = [m for m in request.messages[:-1] if m.role in ("user", "assistant")]
-    return "\n".join(message_text(m) or "" for m in turns)
+    """The text of the turns before the prompt, but the system prompt: user and assistant text, the
+    tools' results, and the calls the assistant made (a tool's "blizzard, flights cancelled" shapes
+    the answer to "What is the weather in Oslo?" as much as a user's words would)."""
+    parts = []
+    for message in request.messages[:-1]:
+        if message.role in ("system", "developer"):
+            continue
+        parts.append(message_text(message) or "")
+        calls = (message.model_extra or {}).get("tool_calls") or (message.model_extra or {}).get("function_call")
+        if calls:
+            parts.append(json.dumps(calls, ensure_ascii=False, default=str))
+    return "\n".join(part for part in parts if part)
 
 
 # What json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False) would build for

@@ -96,6 +96,7 @@ class Redactor:
     def __init__(self, secrets: Iterable[str | None] = ()) -> None:
         literals = sorted({s for s in secrets if s and len(s) >= _MIN_LITERAL_SECRET}, key=len, reverse=True)
         self._literals = re.compile("|".join(map(re.escape, literals))) if literals else None
+        self._literal_bytes = [secret.encode() for secret in literals]
         # Short texts come back again and again (a method, a path, a tier, an access line's message).
         self._short: dict[str, str] = {}
 
@@ -119,6 +120,11 @@ class Redactor:
             if any(word in lowered for word in words):
                 text = pattern.sub(replacement, text)
         return text
+
+    def may_hold_secret(self, data: bytes) -> bool:
+        """Whether raw JSON might hold a known secret: as it is, or behind ``\\u`` escapes. Cheap,
+        so that every stream event can be checked, and only the few that may are scrubbed."""
+        return b"\\u" in data or any(secret in data for secret in self._literal_bytes)
 
     def scrub(self, value: Any) -> Any:
         """``value`` with every string in it redacted; what JSON cannot hold becomes a string."""

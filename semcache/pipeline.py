@@ -25,7 +25,15 @@ from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamUnavailab
 from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
 from .instructions import find_answer_instruction
-from .keys import RequestKey, bypass_reason, conversation_text, message_text, reads_standalone, request_key
+from .keys import (
+    RequestKey,
+    bypass_reason,
+    consulted_tools,
+    conversation_text,
+    message_text,
+    reads_standalone,
+    request_key,
+)
 from .limits import fit_context
 from .observer import NullObserver, Observer, timed
 from .protocols import Store, Upstream, Verifier
@@ -63,6 +71,7 @@ class RequestControls:
     store: bool = True  # False on ``no-store``
     ttl_s: float | None = None  # overrides the default TTL; 0 keeps the entry forever
     user: str | None = None  # who sent it, hashed (``keys.user_id``): the scope with scope_per_user
+    account: str | None = None  # the upstream organization and project it named, hashed (``keys.account_id``)
 
 
 @dataclass
@@ -155,7 +164,7 @@ class Pipeline:
         if reason is not None:
             self.decisions.add(Decision(namespace, message_text(request.messages[-1]) or "", f"bypass: {reason}"))
             return Lookup(request, namespace, controls, key=None, bypass_reason=reason)
-        key, conversation_key, vector = await self._key(request, namespace, user)
+        key, conversation_key, vector = await self._key(request, namespace, user, controls.account)
         lookup = Lookup(request, namespace, controls, key=key, conversation_key=conversation_key, vector=vector)
         if controls.read_cache:
             try:
@@ -174,7 +183,7 @@ class Pipeline:
         return await _off_loop_if_long(check, len(message_text(request.messages[-1]) or ""))
 
     async def _key(
-        self, request: ChatCompletionRequest, namespace: str, user: str | None
+        self, request: ChatCompletionRequest, namespace: str, user: str | None, account: str | None
     ) -> tuple[RequestKey, RequestKey | None, np.ndarray | None]:
         """The keys to look the request up with, the conversation's keys when they differ, and the
         prompt's vector when it was embedded on the way.
@@ -182,9 +191,12 @@ class Pipeline:
         A follow-up that stands on its own is looked up without its conversation, so that it may be
         answered from single-turn entries. Not when its conversation tells the model what to answer
         ("From now on, reply with ..."): the answer then depends on those turns. Its own answer is
-        always kept with its conversation (``Lookup.conversation_key``)."""
-        key = request_key(request, namespace, user=user)
+        always kept with its conversation (``Lookup.conversation_key``). Nor when earlier turns
+        called tools: their results shape the answer."""
+        key = request_key(request, namespace, user=user, account=account)
         if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
+            return key, None, None
+        if consulted_tools(request):
             return key, None, None
         conversation = conversation_text(request)
         if not self.cache_answer_instructions:
@@ -197,7 +209,7 @@ class Pipeline:
         )
         if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
             return key, None, prompt_vector  # on the conversation's topic: its context may shape the answer
-        return request_key(request, namespace, standalone=True, user=user), key, prompt_vector
+        return request_key(request, namespace, standalone=True, user=user, account=account), key, prompt_vector
 
     async def _find(self, lookup: Lookup) -> Hit | None:
         assert lookup.key is not None
@@ -596,14 +608,22 @@ class _StreamedAnswer:
         self.malformed = False  # a choice other than index 0, or a delta after the finish_reason
 
     def add(self, chunk: dict[str, Any]) -> None:
-        for choice in _dicts_of(chunk.get("choices")):
+        choices = _dicts_of(chunk.get("choices"))
+        if len(choices) > 1:  # two choices in one event: never one answer, whatever their indexes say
+            self.malformed = True
+            self._stop_keeping()
+        for choice in choices:
             delta = _dict_field(choice, "delta")
-            if not _is_first_choice(choice) or (self.finish_reasons and _carries_anything(delta)):
+            content = delta.get("content")
+            if (
+                not _is_first_choice(choice)
+                or (self.finish_reasons and _carries_anything(delta))
+                or not isinstance(content, str | None)  # text the client was sent, but not as text
+            ):
                 self.malformed = True
                 self._stop_keeping()
             if self.malformed or self.too_large:
                 return  # it will not be cached: nothing more to learn from the rest
-            content = delta.get("content")
             if isinstance(content, str) and self._keep(content):
                 self.pieces.append(content)
             self.other = self.other or bool(delta.get("function_call") or delta.get("refusal"))
@@ -692,7 +712,7 @@ def _message_text(response: dict[str, Any]) -> str:
 
 def _clean_answer(response: dict[str, Any], max_bytes: int) -> str | None:
     """The text of a completion that is safe to cache: one choice (index 0), finished with ``stop``,
-    no tool calls, and at most ``max_bytes`` of UTF-8."""
+    no tool calls and no refusal, and at most ``max_bytes`` of UTF-8."""
     choices = response.get("choices")
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         return None
@@ -700,6 +720,8 @@ def _clean_answer(response: dict[str, Any], max_bytes: int) -> str | None:
     message = choice.get("message") or {}
     content = message.get("content")
     if choice.get("finish_reason") != "stop" or message.get("tool_calls") or message.get("function_call"):
+        return None
+    if message.get("refusal"):  # the model declined: not an answer to hand anyone else
         return None
     if not _is_first_choice(choice) or not isinstance(content, str) or not content:
         return None

@@ -32,6 +32,13 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("Is -5 squared 25?", "Is 5 squared 25?", "literals"),
         ("What is C++ used for?", "What is C used for?", "literals"),
         ("What does os.path do?", "What does os_path do?", "literals"),
+        ("In Python, what does 7 / 3 evaluate to?", "In Python, what does 7 - 3 evaluate to?", "literals"),
+        ("What does ls –R do?", "What does ls –r do?", "literals"),  # an en dash, as word processors type it
+        ("What does LIKE 'abc%' match?", "What does LIKE '%abc' match?", "literals"),
+        ("Is print x valid Python 3 syntax?", "Is print(x) valid Python 3 syntax?", "literals"),
+        ("What does echo $HOME print?", "What does echo HOME print?", "literals"),
+        ("What does s/a/b/g do in sed?", "What does s/a/b/ do in sed?", "literals"),
+        ("What does rm -rf /tmp/x do?", "What does rm -rf /tmp/y do?", "literals"),
         ("Fix this:\n```\nif x:\n    y()\n```", "Fix this:\n```\nif x:\ny()\n```", "literals"),
         (
             "What does this print?\nfor i in range(3):\n    print(i)\nprint('done')",
@@ -56,6 +63,8 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("what is the capital of france", "What is the capital of France?"),  # sentence case, no "?"
         ("Hello! How do I use `git rebase -i`?", "hello, how can I use `git rebase -i`"),
         ("Node.js vs Deno: which is faster?", "node.js vs Deno, which is faster?"),
+        ("What painting/drawing describes you?", "What painting or drawing describes you?"),  # prose's slash
+        ("Which song(s) do you play on loop?", "Which songs do you play on loop?"),
         ("What does this print?\n" + LOOP, "What is the output?\n" + LOOP),  # the question around code
     ],
 )

@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -119,6 +120,43 @@ def test_a_standalone_follow_up_may_read_a_single_turn_entry(clients: Any, stand
     turns = conversation("I love cooking pasta.", "Nice! What sauce?", question)
     assert asks(a, "", messages=turns) == (f"Answer to: {question}", "hit")
     assert standin.chat_calls() == 1
+
+
+def test_a_tool_result_keeps_the_follow_up_in_its_conversation(clients: Any, standin: StandinUpstream) -> None:
+    a, b = clients
+    question = "What is the current weather in Oslo Norway?"
+    assert asks(b, question)[1] == "miss"  # a single-turn entry, which knows nothing of the tool's report
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+    turns = [
+        {"role": "user", "content": "Please run the lookup tool."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Oslo, Norway: blizzard, -18C, all flights cancelled"},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": question},
+    ]
+    assert asks(a, "", messages=turns)[1] == "miss"
+
+
+def test_the_upstream_account_a_client_names_is_part_of_the_scope(clients: Any, standin: StandinUpstream) -> None:
+    a, b = clients
+    question = "Which fine-tuned model should I use for support tickets?"
+    project = {"OpenAI-Organization": "org-1", "OpenAI-Project": "proj_A"}
+    assert asks(a, question, extra_headers=project)[1] == "miss"
+    assert asks(b, question, extra_headers={**project, "OpenAI-Project": "proj_B"})[1] == "miss"
+    assert asks(b, question, extra_headers=project)[1] == "hit"
+    assert asks(b, question)[1] == "miss"  # naming none is another account too
+
+
+def test_no_store_counts_in_any_cache_control_header(service: str, clients: Any) -> None:
+    question = {"model": "m", "messages": [{"role": "user", "content": "What is my private diagnosis code?"}]}
+    split = [("Cache-Control", "max-age=0"), ("Cache-Control", "no-store"), ("Authorization", f"Bearer {KEY_A}")]
+    first = httpx.post(f"{service}/v1/chat/completions", json=question, headers=split)
+    assert first.headers["x-semcache"] == "miss"
+    again = httpx.post(f"{service}/v1/chat/completions", json=question, headers={"Authorization": f"Bearer {KEY_A}"})
+    assert again.headers["x-semcache"] == "miss"  # nothing was stored
+    twice = [("X-Semcache-TTL", "60"), ("X-Semcache-TTL", "0"), ("Authorization", f"Bearer {KEY_A}")]
+    refused = httpx.post(f"{service}/v1/chat/completions", json=question, headers=twice)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_ttl")
 
 
 # -- the exact tier and the guards -----------------------------------------------------------------

@@ -487,6 +487,23 @@ def test_the_stream_check_allows_a_finish_reason_beside_the_last_content() -> No
     assert _clean_answer({"choices": [{**one, "index": 0, "message": {"content": "é" * 501}}]}, 1000) is None
 
 
+def test_index_less_choices_odd_content_and_refusals_are_not_cached() -> None:
+    def answer(*chunks: dict[str, Any]) -> _StreamedAnswer:
+        streamed = _StreamedAnswer(max_bytes=1000)
+        for each in chunks:
+            streamed.add(each)
+        return streamed
+
+    two_without_index = {"choices": [{"delta": {"content": "ALPHA "}}, {"delta": {"content": "BETA "}}]}
+    stop = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
+    assert not answer(two_without_index, stop).cacheable()
+    for odd in (["HIDDEN"], 12345, {"text": "x"}):  # relayed to the client, but not as text
+        assert not answer({"choices": [{"delta": {"content": "Hi"}}]}, {"choices": [{"delta": {"content": odd}}]},
+                          stop).cacheable()  # fmt: skip
+    refused = {"content": "Here is why not.", "refusal": "I cannot help with that."}
+    assert _clean_answer({"choices": [{"index": 0, "message": refused, "finish_reason": "stop"}]}, 1000) is None
+
+
 # -- finding 7: X-Semcache-TTL -----------------------------------------------------------------
 
 

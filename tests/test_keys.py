@@ -48,6 +48,7 @@ def test_normalize_merges_spellings_that_keep_the_meaning(text: str, expected: s
         ("if x:\n    y()\nz()", "if x:\n    y()\n    z()"),  # whitespace inside
         ("many  spaces", "many spaces"),
         ("计算6!", "计算6"),  # a "!" after a digit is no closing mark
+        ("日志:\n  级别: 调试", "日志:\n级别: 调试"),  # line breaks and indentation in CJK text
     ],
 )
 def test_normalize_keeps_spellings_that_may_change_the_meaning(first: str, second: str) -> None:

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidRequest, NotReady, SemcacheError, StoreUnavailable, openai_error_body
-from ..keys import user_id
+from ..keys import account_id, user_id
 from ..pipeline import Lookup, Pipeline, RequestControls
 from ..settings import MAX_TTL_S
 from ..wire import ChatCompletionRequest
@@ -155,8 +155,14 @@ def namespace_of(request: Request) -> str:
 
 
 def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
-    directives = {part.strip().lower() for part in request.headers.get("cache-control", "").split(",")}
-    ttl_header = request.headers.get("x-semcache-ttl")
+    # Every Cache-Control header counts: a list header may be split over several lines.
+    directives = {
+        part.strip().lower() for value in request.headers.getlist("cache-control") for part in value.split(",")
+    }
+    ttl_headers = request.headers.getlist("x-semcache-ttl")
+    if len(ttl_headers) > 1:
+        raise InvalidRequest("send X-Semcache-TTL once", code="invalid_ttl")
+    ttl_header = ttl_headers[0] if ttl_headers else None
     ttl: float | None = None
     if ttl_header is not None:
         try:
@@ -172,6 +178,7 @@ def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
         store="no-store" not in directives,
         ttl_s=ttl,
         user=user_id(_canonical_authorization(request.headers.get("authorization")), body.user),
+        account=account_id(request.headers.get("openai-organization"), request.headers.get("openai-project")),
     )
 
 

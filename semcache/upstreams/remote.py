@@ -13,7 +13,7 @@ from pydantic_core import from_json
 from ..errors import UpstreamAnswerTooLarge, UpstreamError, UpstreamStatusError, UpstreamUnavailable
 from ..logs import REQUEST_ID_HEADER, Redactor, current_request_id
 
-# Headers from the client that are safe and useful to pass on.
+# Headers from the client that are safe and useful to pass on, when the client's own key is.
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
 # Where SSE lines end (CRLF, LF or CR, and nothing else), and the longest line kept while it arrives.
 _SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -60,8 +60,9 @@ class RemoteUpstream:
     def _headers(self, client_headers: dict[str, str]) -> dict[str, str]:
         headers = {name: value for name, value in client_headers.items() if name.lower() in _FORWARDED_HEADERS}
         if self._api_key:
-            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            headers["Authorization"] = f"Bearer {self._api_key}"
+            # The operator's key: its organization and project are the operator's to choose, not a
+            # client's, which could otherwise bill and act under any of them.
+            headers = {"Authorization": f"Bearer {self._api_key}"}
         request_id = current_request_id()
         if request_id is not None:  # ours, never the client's header: one id across both logs
             headers[REQUEST_ID_HEADER] = request_id
@@ -70,7 +71,10 @@ class RemoteUpstream:
     async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         request = self._client.build_request("POST", "/chat/completions", json=body, headers=self._headers(headers))
         data = await self._send(request)
-        return await _off_loop_if_large(_completion, data, len(data))
+        answer = await _off_loop_if_large(_completion, data, len(data))
+        if self._redact.may_hold_secret(data):  # an upstream that quotes its key must not hand it on
+            answer = await _off_loop_if_large(self._redact.scrub, answer, len(data))
+        return answer
 
     async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         request = self._client.build_request(
@@ -159,9 +163,11 @@ async def parse_sse(body: AsyncIterator[bytes], redact: Redactor = _PATTERNS_ONL
         if data == b"[DONE]":
             return
         chunk = await _off_loop_if_large(_stream_event, data, len(data))
-        if "error" in chunk:
+        if _is_error_event(chunk):
             scrubbed = await _off_loop_if_large(redact.scrub, chunk, len(data))
             raise UpstreamStatusError("the upstream reported an error mid-stream", status_code=502, body=scrubbed)
+        if redact.may_hold_secret(data):
+            chunk = await _off_loop_if_large(redact.scrub, chunk, len(data))
         yield chunk
     raise UpstreamUnavailable("the upstream stream ended before [DONE]")
 
@@ -236,9 +242,14 @@ def _stream_event(data: bytes) -> dict[str, Any]:
         raise UpstreamUnavailable("the upstream sent a malformed stream event") from exc
     if not isinstance(chunk, dict):
         raise UpstreamUnavailable("the upstream sent a stream event that is not an object")
-    if "error" not in chunk and "choices" in chunk and not _well_formed_choices(chunk["choices"], "delta"):
+    if not _is_error_event(chunk) and "choices" in chunk and not _well_formed_choices(chunk["choices"], "delta"):
         raise UpstreamUnavailable("the upstream sent a stream event without well-formed choices")
     return chunk
+
+
+def _is_error_event(chunk: dict[str, Any]) -> bool:
+    """OpenAI's ``{"error": {...}}``, or the ``{"object": "error", "message": ...}`` of vLLM and others."""
+    return "error" in chunk or chunk.get("object") == "error"
 
 
 def _json(data: bytes) -> Any:
