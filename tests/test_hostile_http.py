@@ -142,6 +142,18 @@ def planted_line(prompt: str, answer: str) -> bytes:
     return json.dumps(entry).encode() + b"\n"
 
 
+def import_lines(
+    service: SemcacheProcess, lines: bytes, headers: dict[str, str], content_type: str = "application/x-ndjson"
+) -> httpx.Response:
+    """``POST /admin/entries/import`` of ``lines``, with ``headers`` and that Content-Type."""
+    return httpx.post(
+        f"{service.url}/admin/entries/import",
+        content=lines,
+        headers={**headers, "Content-Type": content_type},
+        timeout=30,
+    )
+
+
 def entries_holding(service: SemcacheProcess, text: str) -> list[dict[str, Any]]:
     """Entries whose prompt or answer holds ``text``, read through /admin from loopback."""
     response = httpx.get(f"{service.url}/admin/entries", params={"text": text, "limit": 100}, timeout=30)
@@ -219,12 +231,7 @@ def test_a_non_json_admin_body_is_refused_with_the_admin_key_too(keyed_service: 
     admin_key = {"Authorization": f"Bearer {ADMIN_KEY}"}
     line = planted_line("Is a key enough for text/plain?", "PLANTED-KEYED")
     for content_type in ("text/plain", "application/x-www-form-urlencoded"):
-        response = httpx.post(
-            f"{keyed_service.url}/admin/entries/import",
-            content=line,
-            headers={**admin_key, "Content-Type": content_type},
-            timeout=30,
-        )
+        response = import_lines(keyed_service, line, admin_key, content_type)
         assert_openai_error(response, 415, "unsupported_media_type")
     found = httpx.get(f"{keyed_service.url}/admin/entries", params={"text": "PLANTED"}, headers=admin_key, timeout=30)
     assert found.status_code == 200 and found.json()["data"] == []
@@ -248,12 +255,7 @@ def test_admin_reached_through_a_foreign_host_name_is_refused(open_service: Semc
     for path in ("/admin/entries", "/admin/decisions", "/admin/entries/export", "/admin/namespaces/default/config"):
         response = httpx.get(f"{open_service.url}{path}", headers=headers, timeout=30)
         assert_openai_error(response, 403, "admin_loopback_only")
-    imported = httpx.post(
-        f"{open_service.url}/admin/entries/import",
-        content=planted_line("Who won the cup?", "PLANTED-HOST"),
-        headers={**headers, "Content-Type": "application/x-ndjson"},
-        timeout=30,
-    )
+    imported = import_lines(open_service, planted_line("Who won the cup?", "PLANTED-HOST"), headers)
     assert_openai_error(imported, 403, "admin_loopback_only")
     rebinding_page = {**headers, "Origin": f"http://{headers['Host']}"}  # its own origin, too
     response = httpx.get(f"{open_service.url}/admin/entries", headers=rebinding_page, timeout=30)
@@ -281,12 +283,7 @@ def test_admin_from_loopback_with_a_loopback_host_and_json_works(open_service: S
     url = open_service.url
     assert httpx.get(f"{url}/admin/decisions", headers=headers, timeout=30).status_code == 200
     prompt = f"What does the loopback host {headers['Host']} answer?"
-    imported = httpx.post(
-        f"{url}/admin/entries/import",
-        content=planted_line(prompt, "IMPORTED-OK"),
-        headers={**headers, "Content-Type": "application/x-ndjson"},
-        timeout=30,
-    )
+    imported = import_lines(open_service, planted_line(prompt, "IMPORTED-OK"), headers)
     assert imported.status_code == 200 and imported.json()["imported"] == 1, imported.text
     found = httpx.get(f"{url}/admin/entries", params={"text": prompt}, headers=headers, timeout=30)
     assert [entry["prompt"] for entry in found.json()["data"]] == [prompt]
@@ -327,12 +324,7 @@ def test_a_cross_site_browser_request_is_refused_with_or_without_the_admin_key(
     for service, key in ((open_service, {}), (keyed_service, admin_key)):
         read = httpx.get(f"{service.url}/admin/entries", headers={**browser, **key}, timeout=30)
         assert_openai_error(read, 403, "admin_cross_site")
-        imported = httpx.post(
-            f"{service.url}/admin/entries/import",
-            content=planted_line("Is this cross-site?", "PLANTED-ORIGIN"),
-            headers={**browser, **key, "Content-Type": "application/x-ndjson"},
-            timeout=30,
-        )
+        imported = import_lines(service, planted_line("Is this cross-site?", "PLANTED-ORIGIN"), {**browser, **key})
         assert_openai_error(imported, 403, "admin_cross_site")
         assert httpx.get(f"{service.url}/admin/entries", headers=key, timeout=30).status_code == 200
     assert not entries_holding(open_service, "PLANTED-ORIGIN")

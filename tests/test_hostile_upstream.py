@@ -534,23 +534,15 @@ def _assert_no_upstream_key(response: httpx.Response) -> None:
     assert UPSTREAM_KEY[-16:] not in response.text  # nor a recognisable part of it
 
 
+@pytest.mark.parametrize(("mode", "status"), [("json", 401), ("stream", 403)])
 def test_an_upstream_error_that_quotes_the_key_reaches_the_client_without_it(
-    service: SemcacheProcess, standin: StandinUpstream, namespace: str
+    service: SemcacheProcess, standin: StandinUpstream, namespace: str, mode: str, status: int
 ) -> None:
-    standin.set_fault(status=401, echo_authorization=True)
-    response, _ = raw_chat(service, "Who am I?", "json", namespace)
-    assert response.status_code == 401
+    """Non-streamed, and streamed before the first byte: the upstream's HTTP error, relayed."""
+    standin.set_fault(status=status, echo_authorization=True)
+    response, _ = raw_chat(service, f"Who am I, asked as {mode}?", mode, namespace)
+    assert response.status_code == status
     assert standin.calls[-1]["headers"]["authorization"] == f"Bearer {UPSTREAM_KEY}"  # what it quoted
-    _assert_no_upstream_key(response)
-    assert response.json()["error"]["message"].startswith("Incorrect API key provided:")
-
-
-def test_a_streamed_error_before_the_first_byte_reaches_the_client_without_the_key(
-    service: SemcacheProcess, standin: StandinUpstream, namespace: str
-) -> None:
-    standin.set_fault(status=403, echo_authorization=True)
-    response, _ = raw_chat(service, "Who are you?", "stream", namespace)
-    assert response.status_code == 403
     _assert_no_upstream_key(response)
     assert response.json()["error"]["message"].startswith("Incorrect API key provided:")
 

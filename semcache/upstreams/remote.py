@@ -80,13 +80,8 @@ class RemoteUpstream:
         request = self._client.build_request(
             "POST", "/chat/completions", json={**body, "stream": True}, headers=self._headers(headers)
         )
+        response = await self._open(request)
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc, request) from exc
-        try:
-            if response.status_code >= 400:
-                raise self._status_error(request, response.status_code, await _error_body(response), response.headers)
             async for chunk in parse_sse(response.aiter_bytes(), self._redact):
                 yield chunk
         except httpx.TimeoutException as exc:
@@ -107,15 +102,24 @@ class RemoteUpstream:
             raise UpstreamUnavailable("the upstream sent a model list that is not a JSON object")
         return models
 
-    async def _send(self, request: httpx.Request) -> bytes:
-        """The body of a successful answer, read as it arrives and never past ``max_response_bytes``."""
+    async def _open(self, request: httpx.Request) -> httpx.Response:
+        """The upstream's response, its body not read yet; an HTTP error status is raised as a
+        scrubbed ``UpstreamStatusError``, and a connection failure as ``UpstreamUnavailable``."""
         try:
             response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise _unavailable(exc, request) from exc
-        try:
-            if response.status_code >= 400:
+        if response.status_code >= 400:
+            try:
                 raise self._status_error(request, response.status_code, await _error_body(response), response.headers)
+            finally:
+                await response.aclose()
+        return response
+
+    async def _send(self, request: httpx.Request) -> bytes:
+        """The body of a successful answer, read as it arrives and never past ``max_response_bytes``."""
+        response = await self._open(request)
+        try:
             body = await _read_at_most(response, self._max_response_bytes)
         except httpx.HTTPError as exc:
             raise _unavailable(exc, request) from exc
