@@ -163,6 +163,7 @@ def _name(path: Path, taken: dict[str, str]) -> str:
 def measure_semcache(inputs: Inputs, settings: Settings, embedder: CachedEmbedder, progress: Progress) -> CacheResults:
     """semcache's column, in process, at ``settings`` with its default policy and verifier."""
     from semcache.evaluation import evaluate_pairs, evaluate_trace
+    from semcache.evaluation.trace import Learning
     from semcache.quality import default_policy
     from semcache.verifiers import load_verifier
 
@@ -190,7 +191,13 @@ def measure_semcache(inputs: Inputs, settings: Settings, embedder: CachedEmbedde
         embedder.warm(prompts, advance=_advancer(progress, warm))
         progress.update(warm, completed=len(set(prompts)))
         task = progress.add_task(f"semcache: trace {name}", total=len(rows))
-        replay = evaluate_trace(rows, embedder, policy, verifier=verifier, advance=_advancer(progress, task))
+        learning = None
+        if settings.learn_threshold:  # as the service runs: the line learned within target_error
+            learning = Learning(settings.learn_min_labels, settings.learn_confidence, settings.explore_share,
+                                settings.judge_min_similarity)  # fmt: skip
+        replay = evaluate_trace(
+            rows, embedder, policy, verifier=verifier, learning=learning, advance=_advancer(progress, task)
+        )
         report = asyncio.run(replay)
         results.trace[name] = TraceScores.of(report.correct_hits, report.wrong_hits, rows)
         results.wrong_examples[name] = report.wrong_examples[:20]
@@ -382,8 +389,14 @@ def _setup_lines(semcache: CacheResults | None, gptcache: CacheResults | None) -
         lines.append(f"semcache: not measured ({PLACEHOLDER}).")
     else:
         policy = semcache.config["policy"]
+        line = (
+            f"a line learned from {policy['threshold']:.2f} within target_error {policy['target_error']:.0%} on the "
+            "trace (pairs: the prior)"
+            if policy.get("learn")
+            else f"cosine ≥ {policy['threshold']:.2f}"
+        )
         lines.append(
-            f"semcache: {semcache.config['embedding_model']}, cosine ≥ {policy['threshold']:.2f}, "
+            f"semcache: {semcache.config['embedding_model']}, {line}, "
             f"guards {', '.join(policy['guards']) or 'none'}, verifier {semcache.config['verifier']}; "
             f"{semcache.seconds:.0f} s."
         )

@@ -419,6 +419,14 @@ def eval_trace(
     feedback_rate: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Share of wrong hits that simulated users report as wrong.")
     ] = 0.0,
+    learn: Annotated[
+        bool | None,
+        typer.Option(
+            "--learn/--static",
+            help="Learn the line within target_error, as the service does, or keep the threshold; default: the "
+            "learn_threshold setting.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Replay a trace through the real lookup pipeline and count correct and wrong hits."""
@@ -426,25 +434,32 @@ def eval_trace(
 
     from .evaluation import evaluate_trace
     from .evaluation.report import plot_trace_sweep, trace_table
+    from .evaluation.trace import Learning
 
     settings = _settings(_eval_overrides(threshold, guards, config))
     rows = _read(file, ("prompt", "cluster", "duplicate_of"))
     embedder, verifier, policy = _eval_parts(settings)
+    learning = None
+    if settings.learn_threshold if learn is None else learn:
+        learning = Learning(settings.learn_min_labels, settings.learn_confidence, settings.explore_share,
+                            settings.judge_min_similarity)  # fmt: skip
     thresholds = [policy.threshold]
     if plot:
         thresholds += [t for t in (0.80, 0.83, 0.86, 0.88, 0.92, 0.95) if t != policy.threshold]
     reports = []
     with _progress(as_json) as progress:
         task = progress.add_task("replaying", total=len(rows) * len(thresholds))
-        for value in thresholds:
+        for number, value in enumerate(thresholds):
             replay = evaluate_trace(
                 rows, embedder, policy.updated({"threshold": value}), verifier=verifier,
+                learning=learning if number == 0 else None,  # the sweep is of fixed thresholds
                 advance=lambda n: progress.advance(task, n), feedback_rate=feedback_rate,
             )  # fmt: skip
             reports.append(asyncio.run(replay))
-    if plot:
-        plot_trace_sweep(sorted(reports, key=lambda r: r.policy["threshold"]), plot)
     report = reports[0]
+    if plot:
+        plot_trace_sweep(sorted(reports[1:] if learning else reports, key=lambda r: r.policy["threshold"]), plot,
+                         learned=report if learning else None)  # fmt: skip
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:

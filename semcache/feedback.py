@@ -18,6 +18,7 @@ class ServedHit:
     query: str | None
     embedding_model: str | None
     similarity: float | None
+    language: str | None = None  # the query's script: whose error budget the feedback is evidence for
 
 
 class ServedHits:

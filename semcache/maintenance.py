@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from .budget import ErrorBudgets, share_evidence
 from .embedders import BatchingEmbedder
 from .embedders.routing import EmbeddingRoutes
 from .errors import StoreUnavailable
 from .index import ScopedVectorIndex
 from .language import detect_script
 from .pipeline import Pipeline
-from .protocols import Store
+from .protocols import EvidenceStore, Store
 from .stores import SQLiteStore
 
 log = logging.getLogger("semcache.maintenance")
@@ -129,6 +130,9 @@ class Maintenance:
     embedding_model: str
     # What the snapshot must remember besides the index (the shared store's feed offset).
     snapshot_metadata: Callable[[], dict[str, Any]] = dict
+    # The error budgets' evidence is shared through the store on every pass.
+    budgets: ErrorBudgets | None = None
+    evidence_store: EvidenceStore | None = None
     expired: int = 0
     evicted: int = 0
     last_snapshot: float = 0.0
@@ -153,6 +157,8 @@ class Maintenance:
         except Exception:  # keep the recency for the next pass (a full disk, Redis away)
             self.pipeline.pending_touches = {**touches, **self.pipeline.pending_touches}
             raise
+        if self.budgets is not None and self.evidence_store is not None:
+            await share_evidence(self.budgets, self.evidence_store)
         expired = await self.store.delete_expired(self.pipeline.clock())
         evicted = await self.store.evict_least_recently_used(self.max_entries)
         if expired or evicted:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -45,6 +46,7 @@ class Readings:
     breaker_state: CircuitState | None = None
     breaker_opened: int = 0
     upstream_retries: int = 0
+    quality: tuple[dict[str, Any], ...] = ()  # each namespace's error budget (SemanticTier.quality)
 
 
 class Metrics:
@@ -245,3 +247,41 @@ class _ScrapeTimeCollector(Collector):
             yield CounterMetricFamily(
                 "semcache_upstream_retries", "Upstream attempts beyond the first.", value=readings.upstream_retries
             )
+        if readings.quality:
+            yield from _quality_metrics(readings.quality)
+
+
+def _quality_metrics(quality: tuple[dict[str, Any], ...]) -> Iterable[Metric]:
+    labels = ["namespace", "language"]
+    line = GaugeMetricFamily(
+        "semcache_decision_line", "The cosine a semantic hit needs now (learned or set).", labels=labels
+    )
+    estimated = GaugeMetricFamily(
+        "semcache_estimated_wrong_hit_share",
+        "Estimated share of semantic hits that are wrong, at the line.",
+        labels=labels,
+    )
+    upper = GaugeMetricFamily(
+        "semcache_estimated_wrong_hit_share_upper", "Upper confidence bound of that share.", labels=labels
+    )
+    evidence = CounterMetricFamily(
+        "semcache_quality_labels", "Labels behind the estimate, by source.", labels=[*labels, "source"]
+    )
+    given_up = CounterMetricFamily(
+        "semcache_hits_given_up",
+        "Would-be hits at the configured threshold that the learned line held back.",
+        labels=labels,
+    )
+    explored = CounterMetricFamily(
+        "semcache_explored", "Would-be hits answered from the upstream to label them.", labels=labels
+    )
+    for item in quality:
+        names = [str(item["namespace"]), str(item["language"])]
+        line.add_metric(names, item["decision_line"])
+        estimated.add_metric(names, item["estimated_error"])
+        upper.add_metric(names, item["interval"][1])
+        for source, count in item["labels"].items():
+            evidence.add_metric([*names, source], count)
+        given_up.add_metric(names, item["hits_given_up"])
+        explored.add_metric(names, item["explored"])
+    yield from (line, estimated, upper, evidence, given_up, explored)

@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from .budget import ErrorBudgets
 from .coalescing import Flight, InFlight
 from .embedders import BatchingEmbedder, FollowUp
 from .entries import CacheEntry, NegativeFeedback
@@ -25,6 +26,7 @@ from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamUnavailab
 from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
 from .instructions import find_answer_instruction
+from .judges import AnswerJudge, JudgeCase
 from .keys import (
     RequestKey,
     bypass_reason,
@@ -40,6 +42,7 @@ from .protocols import Store, Upstream, Verifier
 from .quality import Decision, DecisionLog, NamespacePolicies
 from .stats import Stats
 from .tiers import ExactTier, Hit, SemanticTier, TemplateTier
+from .tiers.semantic import Probe
 from .tokens import PriceTable, TokenCounter
 from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion_id, usage_chunk
 
@@ -61,6 +64,8 @@ _PADDING_JITTER = 0.2
 _INLINE_SCAN_CHARS = 4_000
 # Token counts of more text than this (prompt and answer together) are taken in a worker thread.
 _INLINE_COUNT_CHARS = 16_000
+# Labels being judged at once; past this, a probe goes unlabelled rather than queue work.
+_MAX_PENDING_LABELS = 64
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,13 @@ class Lookup:
     # Set when the answer came from another request's upstream call: "exact" or "semantic".
     coalesced_tier: Literal["exact", "semantic"] | None = None
     usage: dict[str, int] | None = None  # of a hit, counted once
+    # The semantic candidate to label with this request's own upstream answer (semcache.budget).
+    probe: Probe | None = None
+
+    @property
+    def explored(self) -> bool:
+        """A would-be hit answered from the upstream instead, to learn whether it was right."""
+        return self.probe is not None and self.probe.source == "explored" and self.coalesced_tier is None
 
     @property
     def answer_key(self) -> RequestKey | None:
@@ -141,12 +153,18 @@ class Pipeline:
     inflight: InFlight = field(default_factory=InFlight)
     # Hits since the last flush: entry id to last access time, written to the store in batches.
     pending_touches: dict[int, float] = field(default_factory=dict)
+    # The error budgets the semantic tier decides by, and the judge that labels their evidence
+    # (None: no labels from answers; feedback still counts).
+    budgets: ErrorBudgets = field(default_factory=ErrorBudgets)
+    judge: AnswerJudge | None = None
 
     def __post_init__(self) -> None:
         self.exact = ExactTier(self.store, self.observer)
         self.semantic = SemanticTier(
-            self.index, self.store, self.policies, self.verifier, self.decisions.add, observer=self.observer
-        )
+            self.index, self.store, self.policies, self.verifier, self.decisions.add, budgets=self.budgets,
+            observer=self.observer,
+        )  # fmt: skip
+        self._labelling: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         """Load what the tiers learned from earlier feedback."""
@@ -228,9 +246,12 @@ class Pipeline:
             lookup.vector, candidates = await self.embedder.embed_then(
                 lookup.key.prompt, self.embedding_model(lookup.key), search
             )
-        return self._template_match(lookup.key, lookup.vector) or await self.semantic.lookup(
-            lookup.key, lookup.vector, now, candidates
-        )
+        template = self._template_match(lookup.key, lookup.vector)
+        if template is not None:
+            return template
+        result = await self.semantic.lookup(lookup.key, lookup.vector, now, candidates)
+        lookup.probe = result.probe
+        return result.hit
 
     def embedding_model(self, key: RequestKey) -> str:
         """The model for this request's namespace and script."""
@@ -322,6 +343,7 @@ class Pipeline:
                 query=lookup.key.prompt if hit.tier != "exact" else None,
                 embedding_model=self.embedding_model(lookup.key) if hit.tier != "exact" else None,
                 similarity=hit.similarity,
+                language=lookup.key.language,
             ),
         )
         return response_id
@@ -336,6 +358,8 @@ class Pipeline:
         if served is None:
             raise NotFound(f"no cache hit with id {response_id!r} in this namespace, or feedback was already given")
         self.stats.record_feedback(namespace, correct)
+        if served.tier == "semantic" and served.similarity is not None and served.language is not None:
+            self.budgets.label(namespace, served.language, served.similarity, correct, "feedback")
         if correct or served.entry_id is None:
             return served
         if served.tier == "exact":
@@ -520,7 +544,7 @@ class Pipeline:
 
     async def _wait_for_similar(self, lookup: Lookup) -> bool:
         """Wait for an in-flight request that a semantic hit could be served from; True if served."""
-        if lookup.key is None or lookup.vector is None or not lookup.controls.read_cache:
+        if lookup.key is None or lookup.vector is None or not lookup.controls.read_cache or lookup.explored:
             return False
         nearest = self.inflight.nearest(lookup.key, lookup.vector)
         if nearest is None:
@@ -544,6 +568,8 @@ class Pipeline:
         """Store and index the answer as one job that a client going away cannot cut in half.
 
         A failure to store is logged, not passed on: the client still gets its answer."""
+        if tool_calls is None:
+            self._label_probe(lookup, answer)
         if lookup.answer_key is None or not lookup.controls.store:
             return
         job = asyncio.ensure_future(self._store_and_index(lookup, answer, tool_calls))
@@ -555,6 +581,39 @@ class Pipeline:
             log.warning("an answer was served but not cached: %s", exc.message)
         except Exception:
             log.exception("could not store an answer; it was served but not cached")
+
+    def _label_probe(self, lookup: Lookup, answer: str) -> None:
+        """Judge, off the request's path, whether the probed candidate's answer would have done."""
+        probe, key = lookup.probe, lookup.key
+        if probe is None or key is None or self.judge is None or lookup.coalesced_tier is not None:
+            return
+        if len(self._labelling) >= _MAX_PENDING_LABELS:
+            return
+        case = JudgeCase(question=key.prompt, fresh_answer=answer, cached_question=probe.prompt,
+                         cached_answer=probe.answer, embedding_model=self.embedding_model(key),
+                         model=lookup.request.model)  # fmt: skip
+        task = asyncio.ensure_future(self._judge(key.namespace, key.language, probe, case))
+        self._labelling.add(task)
+        task.add_done_callback(self._labelling.discard)
+
+    async def _judge(self, namespace: str, language: str, probe: Probe, case: JudgeCase) -> None:
+        assert self.judge is not None
+        try:
+            same = await self.judge.same_answer(case)
+        except Exception:
+            log.exception("could not judge an answer; no label")
+            return
+        if same is not None:
+            self.budgets.label(namespace, language, probe.similarity, same, probe.source)
+
+    async def labels_settled(self) -> None:
+        """Wait for the labels being judged (for replays and tests)."""
+        while self._labelling:
+            await asyncio.gather(*self._labelling, return_exceptions=True)
+
+    def close_labelling(self) -> None:
+        for task in self._labelling:
+            task.cancel()
 
     async def _store_and_index(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None) -> None:
         key = lookup.answer_key

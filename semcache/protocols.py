@@ -86,6 +86,19 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
+class EvidenceStore(Protocol):
+    """Where the error budgets' counters live (semcache.budget): added to, never overwritten, so
+    that replicas sharing one store add up their evidence."""
+
+    async def add_evidence(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+        """Add these counts, per (namespace, script), to the stored totals."""
+        ...
+
+    async def evidence(self) -> dict[tuple[str, str], dict[str, int]]:
+        """The stored totals, per (namespace, script)."""
+        ...
+
+
 class Upstream(Protocol):
     """An OpenAI-compatible model. Errors surface as ``semcache.errors.UpstreamError``."""
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 _MAX_HIT_MIN_LATENCY_MS = 60_000.0
+MAX_TARGET_ERROR = 0.5
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class QualityPolicy:
     # user who stored them; hits wait until this long after their request arrived.
     scope_per_user: bool = False
     hit_min_latency_ms: float = 0.0
+    # The error budget (semcache.budget): the share of semantic hits that may be wrong, and whether
+    # the line is learned from evidence (else ``threshold`` is the line, as it is when pinned).
+    target_error: float = 0.01
+    learn: bool = True
 
     def threshold_for(self, language: str) -> float:
         return self.thresholds.get(language, self.threshold)
@@ -52,6 +57,8 @@ class QualityPolicy:
         for name in ("threshold", "verify_below", "verifier_min_score"):
             if not 0.0 <= getattr(policy, name) <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1")
+        if not 0.0 < policy.target_error <= MAX_TARGET_ERROR:
+            raise ValueError(f"target_error must be above 0 and at most {MAX_TARGET_ERROR}")
         if not 0.0 <= policy.hit_min_latency_ms <= _MAX_HIT_MIN_LATENCY_MS:
             raise ValueError(f"hit_min_latency_ms must be between 0 and {_MAX_HIT_MIN_LATENCY_MS:.0f}")
         return policy
@@ -89,6 +96,12 @@ class NamespacePolicies:
     def overrides(self, namespace: str) -> dict[str, Any]:
         return dict(self._overrides.get(namespace, {}))
 
+    def pinned(self, namespace: str, language: str) -> bool:
+        """Whether an operator set this namespace's threshold for the script: a pin wins over learning."""
+        overrides = self._overrides.get(namespace, {})
+        thresholds = overrides.get("thresholds")
+        return "threshold" in overrides or (isinstance(thresholds, dict) and language in thresholds)
+
     def set(self, namespace: str, changes: dict[str, Any]) -> QualityPolicy:
         """Merge ``changes`` into the namespace's overrides; raises ValueError on bad values."""
         current = self._overrides.get(namespace, {})
@@ -116,7 +129,8 @@ class Decision:
     entry_id: int | None = None
     at: float = field(default_factory=time.time)
     language: str = "latin"  # the query's script, which picked its model and threshold
-    threshold: float | None = None  # the threshold applied
+    threshold: float | None = None  # the line applied: the threshold, or the one the error budget learned
+    explored: bool = False  # a would-be hit answered from the upstream, to label it
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,4 +160,6 @@ def default_policy(settings: Settings) -> QualityPolicy:
         thresholds=dict(settings.language_thresholds),
         scope_per_user=settings.scope_per_user,
         hit_min_latency_ms=settings.hit_min_latency_ms,
+        target_error=settings.target_error,
+        learn=settings.learn_threshold,
     )

@@ -218,6 +218,39 @@ class Settings(BaseSettings):
         description="Minimum cosine per prompt script ('latin', 'han', 'other'), overriding threshold and "
         'merged into these defaults; JSON in SEMCACHE_LANGUAGE_THRESHOLDS, e.g. {"han": 0.99}.',
     )
+    target_error: float = Field(
+        0.01,
+        gt=0.0,
+        le=0.5,
+        description="Error budget: the share of semantic hits that may be wrong. Each namespace learns the line "
+        "that keeps within it (the threshold is the prior); per namespace too.",
+    )
+    learn_threshold: bool = Field(
+        True,
+        description="Learn each namespace's line from live evidence (near misses, exploration, feedback); off: "
+        "the threshold is the line. A namespace whose threshold an operator set keeps that threshold.",
+    )
+    learn_min_labels: int = Field(
+        50, ge=1, description="Labels a namespace needs before its line moves from the prior and it explores."
+    )
+    learn_confidence: float = Field(
+        0.85, gt=0.5, lt=1.0, description="Confidence that the learned line's wrong share is within target_error."
+    )
+    explore_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=0.1,
+        description="Most share of a namespace's requests whose would-be hit is answered from the upstream instead, "
+        "to label it (X-Semcache-Explored: true); 0: never explore.",
+    )
+    judge: Literal["embedding", "text", "upstream"] = Field(
+        "embedding",
+        description="How a fresh answer is compared with a cached one to label it: 'embedding' (the answers' "
+        "cosine), 'text' (the same words only) or 'upstream' (asks the model: one extra call per label).",
+    )
+    judge_min_similarity: float = Field(
+        0.85, ge=0.0, le=1.0, description="The embedding judge's cosine between two answers that says 'the same'."
+    )
     hnsw_min_entries: int = Field(
         10_000, ge=1, description="A scope's index switches from exact (flat) to HNSW search at this size."
     )

@@ -56,9 +56,9 @@ def test_eval_pairs_flags_override_the_shipped_settings(tmp_path: Path) -> None:
 @pytest.mark.shared_data
 def test_eval_trace_replays_through_the_pipeline(tmp_path: Path) -> None:
     trace = sample(tmp_path, "trace_qqp_dev.jsonl", 300)
-    report = run("eval", "trace", str(trace), "--threshold", "0.85")
+    report = run("eval", "trace", str(trace), "--threshold", "0.85", "--static")
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert report["requests"] == 300
+    assert report["requests"] == 300 and not report["learned"]
     assert report["possible_hits"] == sum(r["duplicate_of"] is not None for r in rows)
     assert report["hits"] == report["correct_hits"] + report["wrong_hits"] == sum(report["tiers"].values())
     assert report["misses"] + report["hits"] == 300
@@ -82,3 +82,24 @@ def test_eval_trace_simulated_feedback_teaches_the_cache(tmp_path: Path) -> None
     assert without["reported_wrong"] == 0
     assert reported["reported_wrong"] == reported["wrong_hits"] > 0
     assert reported["wrong_hits"] <= without["wrong_hits"]
+
+
+@pytest.mark.shared_data
+def test_eval_trace_learns_a_line_within_the_error_budget_on_both_kinds_of_traffic() -> None:
+    faq = run("eval", "trace", str(SHARED_DATA / "trace_faq_dev.jsonl"))
+    static = run("eval", "trace", str(SHARED_DATA / "trace_faq_dev.jsonl"), "--static")
+    assert faq["learned"] and faq["policy"]["target_error"] == 0.01
+    assert faq["wrong_hit_rate"] <= 0.01
+    assert faq["served_share"] >= 2 * static["served_share"]  # a help desk's paraphrases, served
+    assert faq["budget"]["decision_line"] < 0.91 and faq["budget"]["labels"]["near_miss"] > 0
+    assert faq["misses"] + faq["hits"] + faq["explored"] == faq["requests"]
+    assert faq["upstream_calls"] == faq["misses"] + faq["explored"]
+    assert faq["extra_upstream_share"] <= 0.10
+    assert abs(faq["calibration"]["estimated"] - faq["calibration"]["observed"]) <= 0.02
+    assert faq["curve"][-1]["requests"] == faq["requests"]
+
+    qqp = run("eval", "trace", str(SHARED_DATA / "trace_qqp_dev.jsonl"))
+    # Look-alike questions: once it has the evidence, the namespace stops serving what it cannot vouch for.
+    assert qqp["budget"]["decision_line"] > 0.91 and qqp["budget"]["hits_given_up"] > 0
+    assert qqp["second_half"]["wrong_hit_rate"] <= 0.03
+    assert qqp["extra_upstream_share"] <= 0.10

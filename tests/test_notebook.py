@@ -36,6 +36,7 @@ def test_notebook_picks_a_threshold_and_applies_it_only_when_asked(
         f"PAIRS_FILE = {str(SHARED_DATA / pairs)!r}\nSAMPLE = 200\nTARGET_PRECISION = 0.9\nGUARDS = None\n"
         f"CONFIG_FILE = {str(config_file)!r}\nSERVICE_URL = {url!r}\nADMIN_KEY = 'notebook-admin'\n"
         f"NAMESPACE = 'tuned'\nLANGUAGE = None\nAPPLY = {apply}\n"
+        f"TRACE_FILE = {str(SHARED_DATA / 'trace_faq_dev.jsonl')!r}\nTRACE_SAMPLE = 150\n"
     )
     NotebookClient(
         notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
@@ -45,7 +46,9 @@ def test_notebook_picks_a_threshold_and_applies_it_only_when_asked(
         output.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
     )
     images = sum("image/png" in output.get("data", {}) for cell in notebook.cells for output in cell.get("outputs", []))
-    assert images >= 2 and "200 pairs" in outputs
+    assert images >= 3 and "200 pairs" in outputs
+    assert "learned line" in outputs and "fixed threshold" in outputs
+    assert "namespace 'tuned', script 'latin': line" in outputs
     assert f"Embedder: {settings.embedding_model} on backend {settings.embedding_backend} (" in outputs
     assert "at the server's threshold" in outputs
     assert f"in script {language!r}" in outputs

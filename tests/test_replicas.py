@@ -249,3 +249,21 @@ def test_kill_9_of_a_replica_while_writing_and_of_redis_loses_nothing_acknowledg
         a.stop()
         b.stop()
     assert upstream.chat_calls() == calls_before
+
+
+def test_every_replica_learns_from_the_evidence_of_all(
+    replicas: Replicas, upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    first, second = replicas.start("a"), replicas.start("b")
+    question, near = "How do I learn Python quickly?", "What is the fastest way to pick up Python programming?"
+    upstream.state.answers.update({question: "Practise daily.", near: "Practise daily."})
+    client = make_client(first.url)
+    ask(client, question)
+    ask(client, near)  # a near miss, labelled on the first replica
+
+    def labels(url: str) -> int:
+        scripts = httpx.get(f"{url}/admin/namespaces/default/quality", timeout=10).json()["scripts"]
+        return int(scripts[0]["labels"]["near_miss"])
+
+    wait_for(lambda: labels(second.url) == 1)  # through Redis, at the second replica's next sweep
+    assert labels(first.url) == 1

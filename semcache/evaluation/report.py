@@ -56,8 +56,9 @@ def _best_caption(target: float, threshold: float | None, best: Scores | None) -
 
 
 def trace_table(report: TraceReport) -> Table:
+    how = "learning within target_error " + f"{report.policy['target_error']:.1%}, prior" if report.learned else "at"
     table = Table(
-        title=f"trace replay at threshold {_thresholds(report.policy)}, guards {report.policy['guards'] or 'none'}"
+        title=f"trace replay {how} threshold {_thresholds(report.policy)}, guards {report.policy['guards'] or 'none'}"
     )
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -75,6 +76,22 @@ def trace_table(report: TraceReport) -> Table:
         ("extra upstream calls", f"{report.extra_upstream_calls} ({report.extra_upstream_share:.1%} of requests)"),
         ("wrong hits reported by simulated users", report.reported_wrong),
     ]  # fmt: skip
+    if report.learned:
+        budget, calibration = report.budget, report.calibration
+        low, high = budget["interval"]
+        rows += [
+            ("decision line at the end", budget["decision_line"]),
+            ("labels (near miss / explored / feedback)",
+             " / ".join(str(budget["labels"][s]) for s in ("near_miss", "explored", "feedback"))),
+            ("explored would-be hits", report.explored),
+            (f"estimated wrong share ({budget['confidence']:.0%} interval)",
+             f"{budget['estimated_error']:.1%} ({low:.1%}-{high:.1%})"),
+            (f"observed wrong share of semantic hits after request {calibration['from_request']:.0f}",
+             f"{calibration['observed']:.1%} of {calibration['semantic_hits']:.0f}"),
+            ("judge: right / wrong / abstained", " / ".join(str(sum(v for k, v in report.judge.items()
+                                                                    if k.startswith(p))) for p in
+                                                             ("right", "wrong", "abstained"))),
+        ]  # fmt: skip
     for name, value in rows:
         table.add_row(name, str(value))
     return table
@@ -106,16 +123,37 @@ def plot_pairs(report: PairsReport, path: Path) -> None:
     plt.close(figure)
 
 
-def plot_trace_sweep(points: list[TraceReport], path: Path) -> None:
+def plot_trace_sweep(points: list[TraceReport], path: Path, learned: TraceReport | None = None) -> None:
+    """Wrong share against served share at fixed thresholds; with ``learned``, where the learned line
+    landed, and its learning curve: the line, and the estimated against the observed wrong share."""
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(7, 4.5))
-    axis.plot([p.served_share for p in points], [p.wrong_hit_rate for p in points], marker="o")
+    figure, axes = plt.subplots(1, 2 if learned else 1, figsize=(13 if learned else 7, 4.5), squeeze=False)
+    axis = axes[0][0]
+    axis.plot([p.served_share for p in points], [p.wrong_hit_rate for p in points], marker="o", label="fixed")
     for point in points:
         axis.annotate(str(point.policy["threshold"]), (point.served_share, point.wrong_hit_rate), fontsize=8)
+    if learned is not None:
+        axis.plot([learned.served_share], [learned.wrong_hit_rate], marker="*", markersize=14, linestyle="",
+                  label=f"learned (target {learned.policy['target_error']:.0%})")  # fmt: skip
+        axis.legend()
     axis.set_xlabel("share of possible hits served")
     axis.set_ylabel("share of hits that were wrong")
     axis.set_title("trace replay over thresholds")
     axis.grid(alpha=0.3)
+    if learned is not None:
+        curve = axes[0][1]
+        requests = [c["requests"] for c in learned.curve]
+        curve.plot(requests, [c["estimated_error"] for c in learned.curve], label="estimated wrong share")
+        curve.plot(requests, [c["observed_error"] for c in learned.curve], label="observed wrong share (so far)")
+        curve.plot(requests, [c["served_share"] for c in learned.curve], label="share of possible hits served")
+        curve.axhline(learned.policy["target_error"], color="grey", linestyle=":", label="target_error")
+        line = curve.twinx()
+        line.plot(requests, [c["line"] for c in learned.curve], color="black", linestyle="--", label="decision line")
+        line.set_ylabel("decision line (cosine)")
+        curve.set_xlabel("requests replayed")
+        curve.set_title("learning curve")
+        curve.legend(loc="upper left", fontsize=8)
+        line.legend(loc="upper right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

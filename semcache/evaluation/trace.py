@@ -10,13 +10,17 @@ from __future__ import annotations
 import random
 import tempfile
 import time
+import zlib
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..budget import ErrorBudgets
 from ..embedders import BatchingEmbedder
 from ..index import ScopedVectorIndex
+from ..judges import EmbeddingJudge, JudgeCase
 from ..pipeline import Pipeline, RequestControls
 from ..protocols import Verifier
 from ..quality import DecisionLog, NamespacePolicies, QualityPolicy
@@ -27,32 +31,69 @@ from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest, chat_completion, completion_id
 from .embedding_cache import CachedEmbedder
 
+# The replay compares the budget's estimate with the wrong share of the hits served from here on.
+_SETTLED_FROM = 500
+_CURVE_EVERY = 50
+
 # Pieces a simulated answer is worded from: each call picks its own, so no two answers to one
 # cluster need be the same string.
 _OPENINGS = ("In short,", "Here is the answer:", "Briefly,", "To answer your question,", "Good question.")
 _CLOSINGS = ("Hope that helps.", "Let me know if you need more.", "", "That is the gist of it.")
+# A cluster's facts are ordinary words, drawn from these by a seed of the cluster's name.
+_VOCABULARY = """apple anchor arrow badge basket beacon bridge bucket butter cabin camera candle canyon carpet
+castle cedar chalk cherry chimney circle clover coffee comet copper cotton crystal desert diamond dolphin dragon
+drum eagle engine falcon feather fence fiddle forest fossil fountain garden garlic glacier glove granite harbor
+hammer helmet honey horizon island ivory jacket jungle kettle kingdom ladder lantern lemon library lizard magnet
+maple marble meadow mirror monkey mountain needle oasis ocean olive orchard oyster paddle palace panther parrot
+pebble pepper piano pillow pirate planet pocket pony puzzle quartz rabbit radio raven ribbon river rocket saddle
+salmon satellite scarf shadow shell silver sketch sparrow spider spoon statue stone sugar summit teapot temple
+thunder tiger timber tomato tower tractor trumpet tunnel turtle umbrella valley velvet violin volcano wagon
+walnut whale whistle willow window winter wizard wolf yacht zebra acorn bamboo barrel biscuit blanket bottle
+breeze cactus canvas cargo cello cobalt compass coral cricket cushion daisy dune ember fabric ferry fig flute
+galaxy gravel guitar hazel hedge igloo ink jasmine jelly kayak kiwi lagoon lava lilac lobster mango meteor mint
+mosaic moss nectar nickel noodle nutmeg onion opal orbit owl paprika peach pearl pine plum prism pumpkin quill
+raisin reef saffron sapphire scroll sequoia shovel slate sponge spruce tulip tundra vanilla vase walrus wheat
+yarn zinc almond basil beetle bison cabbage cinnamon cocoa dahlia denim elm fern glider goose harp heron iris
+juniper lemur lotus mackerel marsh mustard nylon obsidian pecan poplar quince radish rattan ruby sage sesame
+sorrel thyme topaz truffle velcro wasp yeast zucchini""".split()
+_FACTS = 8  # words of a cluster's answer
+_FACTS_SAID = 7  # of which each answer says these many, in its own order
+
+
+def cluster_facts(cluster: str) -> list[str]:
+    """The facts every answer about ``cluster`` draws on: the same for every call."""
+    return random.Random(zlib.crc32(cluster.encode())).sample(_VOCABULARY, _FACTS)
 
 
 class ClusterUpstream:
     """An ``Upstream`` that answers each prompt about its labelled cluster, in different words each
-    time, and remembers which cluster every answer it gave was about."""
+    time, and remembers which cluster every answer it gave was about.
+
+    An answer restates its cluster's first question (so answers to neighbouring questions share
+    many words), then says most of its cluster's facts in its own order, between an opening and a
+    closing of its own (so answers to one question differ)."""
 
     def __init__(self, cluster_of: dict[str, str], seed: int = 20240601) -> None:
         self._cluster_of = cluster_of
+        self._topic: dict[str, str] = {}
+        for prompt, cluster in cluster_of.items():
+            self._topic.setdefault(cluster, prompt.strip())
         self._wording = random.Random(seed)
         self.cluster_of_answer: dict[str, str] = {}
         self.calls = 0
 
     async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         self.calls += 1
-        cluster = self._cluster_of[body["messages"][-1]["content"]]
+        prompt = body["messages"][-1]["content"]
+        cluster = self._cluster_of[prompt]
         answer = self._answer_about(cluster)
         self.cluster_of_answer[answer] = cluster
         return chat_completion(response_id=completion_id(), model=body["model"], content=answer, usage={})
 
     def _answer_about(self, cluster: str) -> str:
         opening, closing = self._wording.choice(_OPENINGS), self._wording.choice(_CLOSINGS)
-        return f"{opening} this is answer {self.calls} on topic {cluster}. {closing}".strip()
+        facts = self._wording.sample(cluster_facts(cluster), _FACTS_SAID)
+        return f'{opening} on "{self._topic[cluster]}": {", ".join(facts)} (answer {self.calls}). {closing}'.strip()
 
     async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         raise NotImplementedError("the trace replay asks without streaming")
@@ -63,6 +104,17 @@ class ClusterUpstream:
 
     async def close(self) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class Learning:
+    """The error budget a replay learns with, as ``semcache serve`` builds it from the settings;
+    ``None`` in place of it replays at the fixed threshold."""
+
+    min_labels: int = 50
+    confidence: float = 0.85
+    explore_share: float = 0.05
+    judge_min_similarity: float = 0.85
 
 
 @dataclass
@@ -79,14 +131,38 @@ class TraceReport:
     served_share: float  # correct hits / possible hits
     misses: int
     upstream_calls: int
-    extra_upstream_calls: int  # calls beyond the misses (verification), as a share of requests below
+    extra_upstream_calls: int  # calls beyond the misses (exploration, verification), as a share of requests below
     extra_upstream_share: float
     seconds: float
     reported_wrong: int = 0  # wrong hits that simulated users reported (--feedback-rate)
+    learned: bool = False  # the error budget was on
+    explored: int = 0  # would-be hits answered from the upstream to label them
+    # The error budget at the end: its line, estimate, interval and labels (``Estimate.as_dict``).
+    budget: dict[str, Any] = field(default_factory=dict)
+    # The semantic hits served after ``from_request`` (500, or the first half of a shorter trace):
+    # the mean of the estimated wrong share in force as each was served, against the observed share.
+    calibration: dict[str, float] = field(default_factory=dict)
+    judge: dict[str, int] = field(default_factory=dict)  # the judge's verdicts against the clusters' truth
+    curve: list[dict[str, float]] = field(default_factory=list)  # the learning curve, every 50 requests
     wrong_examples: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class _AuditedJudge:
+    """The embedding judge, with each verdict checked against the clusters the answers were about."""
+
+    def __init__(self, inner: EmbeddingJudge, upstream: ClusterUpstream, cluster_of: dict[str, str]) -> None:
+        self._inner, self._upstream, self._cluster_of = inner, upstream, cluster_of
+        self.verdicts: Counter[str] = Counter()
+
+    async def same_answer(self, case: JudgeCase) -> bool | None:
+        same = await self._inner.same_answer(case)
+        truth = self._upstream.cluster_of_answer.get(case.cached_answer) == self._cluster_of.get(case.question)
+        verdict = "abstained" if same is None else ("right" if same == truth else "wrong")
+        self.verdicts[f"{verdict}_{'same' if truth else 'different'}"] += 1
+        return same
 
 
 async def evaluate_trace(
@@ -94,27 +170,37 @@ async def evaluate_trace(
     embedder: CachedEmbedder,
     policy: QualityPolicy,
     *,
+    learning: Learning | None = None,
     verifier: Verifier | None = None,
     advance: Callable[[int], None] | None = None,
     work_dir: Path | None = None,
     feedback_rate: float = 0.0,
 ) -> TraceReport:
-    """Replay ``rows``; with ``feedback_rate``, that share of wrong hits is reported as wrong, so
-    the feedback mechanism (negative entries, learned per-entry thresholds) shows its effect."""
+    """Replay ``rows``; with ``learning``, the namespace's line is learned from near misses,
+    exploration and feedback, judged by the embedding judge. With ``feedback_rate``, that share of
+    wrong hits is reported as wrong, so feedback shows its effect too."""
     started = time.monotonic()
     prompts = [str(r["prompt"]) for r in rows]
     cluster_of = {str(r["prompt"]): str(r["cluster"]) for r in rows}
     embedder.warm(prompts)
     upstream = ClusterUpstream(cluster_of)
+    if learning is None:
+        policy = policy.updated({"learn": False})
     with tempfile.TemporaryDirectory(dir=work_dir or _fast_temp_dir()) as folder:
         store = SQLiteStore(Path(folder) / "trace.sqlite3")
         await store.open()
         batcher = BatchingEmbedder(embedder)
+        judge = None
+        budgets = ErrorBudgets(rng=random.Random(20240601))
+        if learning is not None:
+            budgets = ErrorBudgets(min_labels=learning.min_labels, confidence=learning.confidence,
+                                   explore_share=learning.explore_share, rng=random.Random(20240601))  # fmt: skip
+            judge = _AuditedJudge(EmbeddingJudge(batcher.embed, learning.judge_min_similarity), upstream, cluster_of)
         pipeline = Pipeline(
             store=store, index=ScopedVectorIndex(embedder.dimension), embedder=batcher, upstream=upstream,
             templates=TemplateTier([], 1.0), tokens=TokenCounter(Path(folder) / "tiktoken"), stats=Stats(),
             policies=NamespacePolicies(policy), default_ttl_s=0, max_temperature=1.0, verifier=verifier,
-            decisions=DecisionLog(10),
+            decisions=DecisionLog(10), budgets=budgets, judge=judge,
         )  # fmt: skip
         try:
             report = await _replay(pipeline, rows, upstream, advance, feedback_rate)
@@ -123,6 +209,8 @@ async def evaluate_trace(
             await batcher.close()
             await store.close()
     report.policy = policy.as_dict()
+    report.learned = learning is not None
+    report.judge = dict(judge.verdicts) if judge is not None else {}
     report.seconds = round(time.monotonic() - started, 2)
     return report
 
@@ -135,22 +223,36 @@ async def _replay(
     feedback_rate: float,
 ) -> TraceReport:
     tiers = {"exact": 0, "template": 0, "semantic": 0}
-    correct = wrong = misses = reported = 0
+    correct = wrong = misses = reported = explored = 0
     late_correct = late_wrong = 0
     half = len(rows) // 2
+    settled_from = min(_SETTLED_FROM, half)
+    settled = Counter[str]()  # semantic hits after settled_from, right and wrong
+    estimated: list[float] = []  # the estimated wrong share in force at each of them
     chance = random.Random(20240601)
     examples: list[dict[str, Any]] = []
+    curve: list[dict[str, float]] = []
+    possible_so_far = 0
     for position, row in enumerate(rows):
         request = ChatCompletionRequest.model_validate(
             {"model": "eval", "messages": [{"role": "user", "content": str(row["prompt"])}]}
         )
+        possible_so_far += row.get("duplicate_of") is not None
         lookup = await pipeline.lookup(request, "eval", RequestControls())
         if lookup.hit is None:
-            misses += 1
+            if lookup.explored:
+                explored += 1
+            else:
+                misses += 1
             await pipeline.forward(lookup, {})
+            await pipeline.labels_settled()  # as a live service would have, by the next similar request
         else:
             tiers[lookup.hit.tier] += 1
-            if upstream.cluster_of_answer.get(lookup.hit.answer) == str(row["cluster"]):
+            right = upstream.cluster_of_answer.get(lookup.hit.answer) == str(row["cluster"])
+            if lookup.hit.tier == "semantic" and position >= settled_from:
+                settled["right" if right else "wrong"] += 1
+                estimated.append(_estimate(pipeline)["estimated_error"])  # what /stats showed as it served
+            if right:
                 correct += 1
                 late_correct += position >= half
             else:
@@ -162,6 +264,13 @@ async def _replay(
                     served = await pipeline.hit_response(lookup)
                     await pipeline.feedback(served["id"], "eval", correct=False)
                     reported += 1
+        if (position + 1) % _CURVE_EVERY == 0 or position + 1 == len(rows):
+            estimate = _estimate(pipeline)
+            curve.append({"requests": position + 1, "line": estimate["decision_line"],
+                          "estimated_error": estimate["estimated_error"],
+                          "observed_error": round(wrong / (correct + wrong), 4) if correct + wrong else 0.0,
+                          "served_share": round(correct / possible_so_far, 4) if possible_so_far else 0.0,
+                          "labels": estimate["labels_total"]})  # fmt: skip
         if advance is not None:
             advance(1)
     hits = correct + wrong
@@ -173,6 +282,14 @@ async def _replay(
         "served_share": round(late_correct / late_possible, 4) if late_possible else 0.0,
     }
     extra = upstream.calls - misses
+    budget = _estimate(pipeline)
+    settled_hits = settled["right"] + settled["wrong"]
+    calibration = {
+        "from_request": float(settled_from),
+        "estimated": round(sum(estimated) / len(estimated), 4) if estimated else budget["estimated_error"],
+        "observed": round(settled["wrong"] / settled_hits, 4) if settled_hits else 0.0,
+        "semantic_hits": float(settled_hits),
+    }
     return TraceReport(
         requests=len(rows), policy={}, hits=hits, tiers=tiers, second_half=second_half, correct_hits=correct,
         wrong_hits=wrong,
@@ -180,8 +297,14 @@ async def _replay(
         served_share=round(correct / possible, 4) if possible else 0.0, misses=misses,
         upstream_calls=upstream.calls, extra_upstream_calls=extra,
         extra_upstream_share=round(extra / len(rows), 4) if rows else 0.0, seconds=0.0,
-        reported_wrong=reported, wrong_examples=examples,
+        reported_wrong=reported, explored=explored, budget=budget, calibration=calibration, curve=curve,
+        wrong_examples=examples,
     )  # fmt: skip
+
+
+def _estimate(pipeline: Pipeline) -> dict[str, Any]:
+    rule = pipeline.semantic.rule("eval", "latin")
+    return pipeline.budgets.estimate("eval", "latin", rule, pinned=not rule.learn).as_dict()
 
 
 def _fast_temp_dir() -> str | None:

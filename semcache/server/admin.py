@@ -156,6 +156,12 @@ class NamespaceConfigUpdate(BaseModel):
     hit_min_latency_ms: float | None = Field(
         None, ge=0, le=60_000, description="Answer hits no sooner than this (ms, plus up to 20% jitter); 0: off."
     )
+    target_error: float | None = Field(
+        None, gt=0, le=0.5, description="Error budget: the share of semantic hits that may be wrong (0-0.5)."
+    )
+    learn: bool | None = Field(
+        None, description="Learn the line within target_error from live evidence; false: the threshold is the line."
+    )
 
 
 class Feedback(BaseModel):
@@ -192,6 +198,16 @@ async def put_namespace_config(namespace: str, update: NamespaceConfigUpdate, re
         raise InvalidRequest(str(exc), code="invalid_config") from exc
     await pipeline.store.set_namespace_config(namespace, pipeline.policies.overrides(namespace))
     return _namespace_config(pipeline, namespace)
+
+
+@admin_router.get(
+    "/namespaces/{namespace}/quality",
+    summary="A namespace's error budget: the decision line, the estimated wrong share and the evidence behind it",
+)
+async def namespace_quality(namespace: str, request: Request) -> dict[str, Any]:
+    pipeline = pipeline_of(request)
+    validate_namespace(namespace)
+    return {"namespace": namespace, "scripts": pipeline.semantic.quality(namespace)}
 
 
 @admin_router.get("/decisions", summary="Recent semantic lookups: query, best candidate, similarity, guards, decision")

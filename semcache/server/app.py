@@ -12,15 +12,17 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
+from ..budget import ErrorBudgets, share_evidence
 from ..embedders import BatchingEmbedder, RoutedEmbedder, load_configured_embedder, load_routed
 from ..errors import StoreUnavailable
 from ..index import ScopedVectorIndex
+from ..judges import load_judge
 from ..limits import RateLimiter
 from ..logs import Redactor
 from ..maintenance import Maintenance, restore_index
 from ..metrics import Metrics, Readings
 from ..pipeline import Pipeline
-from ..protocols import Embedder, Store, Upstream
+from ..protocols import Embedder, EvidenceStore, Store, Upstream
 from ..quality import DecisionLog, NamespacePolicies, default_policy
 from ..replication import Replica
 from ..settings import Settings
@@ -212,14 +214,15 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         index = ScopedVectorIndex(model.dimension, hnsw_min_entries=settings.hnsw_min_entries)
         snapshot_dir = settings.data_dir / "faiss"
         store: Store
+        evidence_store: EvidenceStore  # the same store, seen through the error budgets' seam
         overrides: dict[str, dict[str, Any]] = {}
         if settings.store == "redis":
-            store = _redis_store(settings)
+            store = evidence_store = _redis_store(settings)
             cleanup.push_async_callback(store.close)
             state.replica = Replica(store, index, batcher, state.stats, snapshot_dir, settings.template_threshold)
             await state.replica.join()  # Redis down: start as a plain proxy; the replica catches up later
         else:
-            store = SQLiteStore(settings.data_dir / "entries.sqlite3")
+            store = evidence_store = SQLiteStore(settings.data_dir / "entries.sqlite3")
             cleanup.push_async_callback(store.close)
             await store.open()
             await restore_index(store, index, batcher, snapshot_dir)
@@ -227,6 +230,11 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         if templates.phrasings:
             await templates.embed_phrasings(batcher)
         tokens = await asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken")
+        budgets = ErrorBudgets(
+            min_labels=settings.learn_min_labels,
+            confidence=settings.learn_confidence,
+            explore_share=settings.explore_share,
+        )
         pipeline = Pipeline(
             store=store,
             index=index,
@@ -249,7 +257,13 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             decisions=DecisionLog(settings.decisions_kept),
             prices=PriceTable({m: Price(p.input_per_1m, p.output_per_1m) for m, p in settings.prices.items()}),
             observer=state.metrics,
+            budgets=budgets,
+            judge=load_judge(settings, batcher.embed, upstream),
         )
+        try:
+            await share_evidence(budgets, evidence_store)  # what earlier runs (and other replicas) learned
+        except StoreUnavailable as exc:
+            log.warning("could not read the learned error budgets yet: %s", exc.message)
         if state.replica is not None:
             await _join_with_pipeline(state.replica, pipeline, templates)
             state.tasks.append(asyncio.create_task(state.replica.run_forever(), name="semcache-replica"))
@@ -265,6 +279,8 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             snapshot_interval_s=settings.snapshot_interval_s,
             embedding_model=model.name,
             snapshot_metadata=state.replica.snapshot_metadata if state.replica is not None else dict,
+            budgets=budgets,
+            evidence_store=evidence_store,
         )
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
         state.pipeline = pipeline
@@ -296,6 +312,9 @@ def _readings(state: AppState) -> Readings:
         breaker_state=resilient.breaker.state if resilient is not None else None,
         breaker_opened=resilient.breaker.opened if resilient is not None else 0,
         upstream_retries=resilient.retries if resilient is not None else 0,
+        quality=tuple(pipeline.semantic.quality(limit=state.settings.metrics_max_namespaces))
+        if pipeline is not None
+        else (),
     )
 
 
@@ -339,6 +358,10 @@ async def _shutdown(state: AppState) -> None:
             await state.maintenance.snapshot()
         except Exception:
             log.exception("could not save the index snapshot; the next start rebuilds it from the store")
+        pipeline.close_labelling()
+        if state.maintenance.evidence_store is not None:
+            with suppress(Exception):
+                await share_evidence(pipeline.budgets, state.maintenance.evidence_store)
         await pipeline.embedder.close()
         pipeline.semantic.close()
         await pipeline.store.close()

@@ -145,6 +145,8 @@ async def stats(request: Request) -> dict[str, Any]:
         },
         "expired": maintenance.expired if maintenance else 0,
         "evicted": maintenance.evicted if maintenance else 0,
+        # Each namespace's error budget (this replica's view of the shared evidence), busiest first.
+        "quality": pipeline.semantic.quality(limit=state.settings.metrics_max_namespaces),
     }
 
 
@@ -197,6 +199,8 @@ def _outcome_headers(lookup: Lookup) -> dict[str, str]:
         headers["X-Semcache-Similarity"] = f"{lookup.hit.similarity:.4f}"
     if lookup.coalesced_tier is not None:
         headers["X-Semcache-Coalesced"] = "true"
+    if lookup.explored:
+        headers["X-Semcache-Explored"] = "true"
     return headers
 
 

@@ -15,6 +15,8 @@ tag ``{P}``, so one cache lives in one Redis Cluster slot and the Lua scripts ma
     {P}:neg:<id>          list    negative feedback on an entry (JSON)
     {P}:neg_ids           set     entries that have negative feedback
     {P}:ns_config         hash    namespace -> its policy overrides (JSON)
+    {P}:evidence:<l>:<ns> hash    the error budget's counters of a namespace and script (HINCRBY)
+    {P}:evidence_keys     set     "<l>:<ns>" of every evidence hash
     {P}:templates         string  the curated templates (JSON)
     {P}:stats             hash    request counters of every replica together
     {P}:feed              stream  put / del / neg / cfg / templates events, trimmed to about
@@ -485,6 +487,31 @@ class RedisStore:
                 await pipe.execute()
 
         await self._call(write)
+
+    # -- error budgets ---------------------------------------------------------------------------
+
+    async def add_evidence(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+        async def write() -> None:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for (namespace, language), counts in deltas.items():
+                    pipe.sadd(self.key("evidence_keys"), f"{language}:{namespace}")
+                    for name, count in counts.items():
+                        pipe.hincrby(self.key("evidence", language, namespace), name, count)
+                await pipe.execute()
+
+        if deltas:
+            await self._call(write)
+
+    async def evidence(self) -> dict[tuple[str, str], dict[str, int]]:
+        async def read() -> dict[tuple[str, str], dict[str, int]]:
+            totals: dict[tuple[str, str], dict[str, int]] = {}
+            for member in await self._redis.smembers(self.key("evidence_keys")):
+                language, _, namespace = member.decode().partition(":")
+                counts = await self._redis.hgetall(self.key("evidence", language, namespace))
+                totals[(namespace, language)] = {name.decode(): int(count) for name, count in counts.items()}
+            return totals
+
+        return await self._call(read)
 
     # -- templates -------------------------------------------------------------------------------
 

@@ -81,11 +81,25 @@ def _m004_namespace_index(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX entries_namespace ON entries(namespace, id)")  # admin listing by namespace
 
 
+def _m005_evidence(db: sqlite3.Connection) -> None:
+    # The error budgets' counters (semcache.budget), added to as evidence arrives.
+    db.execute(
+        """CREATE TABLE evidence (
+            namespace TEXT NOT NULL,
+            language TEXT NOT NULL,
+            name TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            PRIMARY KEY (namespace, language, name)
+        )"""
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _m001_entries,
     _m002_feedback_and_namespace_config,
     _m003_tool_call_answers,
     _m004_namespace_index,
+    _m005_evidence,
 ]
 
 
@@ -463,6 +477,28 @@ class SQLiteStore:
                 )
 
         await self._call(write)
+
+    async def add_evidence(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+        rows = [(*key, name, count) for key, counts in deltas.items() for name, count in counts.items()]
+
+        def write() -> None:
+            with self._writing():
+                self.db.executemany(
+                    "INSERT INTO evidence VALUES (?, ?, ?, ?) ON CONFLICT (namespace, language, name) "
+                    "DO UPDATE SET count = count + excluded.count",
+                    rows,
+                )
+
+        if rows:
+            await self._call(write)
+
+    async def evidence(self) -> dict[tuple[str, str], dict[str, int]]:
+        query = "SELECT namespace, language, name, count FROM evidence"
+        rows = await self._call(lambda: self.db.execute(query).fetchall())
+        totals: dict[tuple[str, str], dict[str, int]] = {}
+        for namespace, language, name, count in rows:
+            totals.setdefault((namespace, language), {})[name] = int(count)
+        return totals
 
     async def get_meta(self, key: str) -> str | None:
         row = await self._call(lambda: self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone())

@@ -1,13 +1,20 @@
 """Semantic tier: the nearest earlier prompt of the same scope that passes the namespace's policy.
 
 A candidate is served only if, in order:
-1. its cosine similarity reaches the namespace threshold for the prompt's script (each script has
-   its own model, and so its own threshold), and the entry's own learned threshold;
+1. its cosine similarity reaches the namespace's decision line for the prompt's script (each script
+   has its own model, and so its own line): the line its error budget learned (``semcache.budget``),
+   or the threshold while it has too little evidence or an operator pinned it; and the entry's own
+   learned threshold;
 2. it was never reported wrong for this query (negative feedback);
 3. every enabled guard passes (numbers, negation, entities, ...);
 4. below ``verify_below``, the verifier accepts the pair.
 Each lookup leaves a ``Decision`` that explains the outcome. A similar request still in flight is
 judged by the same rules (``accepts_in_flight``), less those that need a stored entry.
+
+The best candidate that passes every check but the line is evidence: its similarity counts as
+traffic, and if it fell just under the line (a near miss), or is one of the few would-be hits
+explored, the lookup carries it as a ``Probe``, to be labelled once the request's own upstream
+answer is back.
 """
 
 from __future__ import annotations
@@ -15,10 +22,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import guards
+from ..budget import NEAR_MISS_BAND, BudgetRule, ErrorBudgets, LabelSource
 from ..entries import CacheEntry, NegativeFeedback
 from ..index import ScopedVectorIndex
 from ..keys import RequestKey
@@ -32,6 +42,27 @@ _CANDIDATES = 4
 _SAME_QUERY_COSINE = 0.98
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A candidate to label once the request's own upstream answer is back."""
+
+    entry_id: int
+    similarity: float
+    prompt: str
+    answer: str
+    source: LabelSource  # "near_miss" or "explored"
+
+
+@dataclass(frozen=True)
+class SemanticResult:
+    hit: Hit | None = None
+    probe: Probe | None = None
+
+    @property
+    def explored(self) -> bool:
+        return self.probe is not None and self.probe.source == "explored"
+
+
 class SemanticTier:
     def __init__(
         self,
@@ -41,9 +72,11 @@ class SemanticTier:
         verifier: Verifier | None = None,
         on_decision: Callable[[Decision], None] | None = None,
         *,
+        budgets: ErrorBudgets | None = None,
         observer: Observer | None = None,
     ) -> None:
         self.index = index
+        self.budgets = budgets or ErrorBudgets()
         self._store = store
         self.policies = policies
         self.verifier = verifier
@@ -71,22 +104,52 @@ class SemanticTier:
         with timed(self._observer, "index_search"):
             return self.index.search_many(scope, vectors, _CANDIDATES)
 
+    def rule(self, namespace: str, language: str) -> BudgetRule:
+        """The namespace's error budget for the script: its prior, its target, whether it learns."""
+        policy = self.policies.for_namespace(namespace)
+        learn = policy.learn and not self.policies.pinned(namespace, language)
+        return BudgetRule(policy.threshold_for(language), policy.target_error, learn)
+
+    def line(self, namespace: str, language: str) -> float:
+        return self.budgets.line(namespace, language, self.rule(namespace, language))
+
+    def quality(self, namespace: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """The error budget of each namespace and script with evidence (of ``namespace`` alone, its
+        Latin-script budget at least), the busiest first: for /stats, /metrics and /admin."""
+        keys = self.budgets.keys()
+        if namespace is not None:
+            keys = [k for k in keys if k[0] == namespace] or [(namespace, "latin")]
+        estimates = []
+        for name, language in keys:
+            rule = self.rule(name, language)
+            estimate = self.budgets.estimate(name, language, rule, pinned=self.policies.pinned(name, language))
+            estimates.append({"namespace": name, "language": language, **estimate.as_dict()})
+        estimates.sort(key=lambda e: -int(e["traffic"]))
+        return estimates[:limit]
+
     async def lookup(
         self, key: RequestKey, vector: np.ndarray, now: float, candidates: list[tuple[int, float]] | None = None
-    ) -> Hit | None:
+    ) -> SemanticResult:
         """The best candidate that passes the policy; ``candidates`` are searched here unless given."""
         policy = self.policies.for_namespace(key.namespace)
         if candidates is None:
             loop = asyncio.get_running_loop()
             candidates = await loop.run_in_executor(self._search_thread, self.candidates, key, vector)
-        threshold = policy.threshold_for(key.language)
+        rule = self.rule(key.namespace, key.language)
+        line = self.budgets.line(key.namespace, key.language, rule)
+        self.budgets.note_request(key.namespace)
+        # Near misses are looked at (and labelled) only where the line may yet move.
+        floor = line - NEAR_MISS_BAND * (1.0 - rule.prior) if rule.learn else line
         decision = Decision(
-            namespace=key.namespace, query=key.prompt, decision="miss", language=key.language, threshold=threshold
+            namespace=key.namespace, query=key.prompt, decision="miss", language=key.language, threshold=line
         )
+        rejected: Decision | None = None
         for entry_id, similarity in candidates:
             if decision.candidate is None:
                 decision.entry_id, decision.similarity = entry_id, round(similarity, 4)
-            if similarity < threshold:
+            if similarity < floor:
+                if decision.candidate is None:  # traffic far below the line, where nothing is known
+                    self.budgets.candidate_seen(key.namespace, key.language, similarity, rule, line)
                 break
             with timed(self._observer, "store_read"):
                 entry = await self._store.get(entry_id)
@@ -94,31 +157,39 @@ class SemanticTier:
                 continue  # removed or expired since it was indexed; the sweeper will drop it
             decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=entry.prompt,
                                 similarity=round(similarity, 4), entry_id=entry_id, language=key.language,
-                                threshold=threshold)  # fmt: skip
+                                threshold=line)  # fmt: skip
             reason = await self._rejection(policy, key, vector, entry, entry.prompt, similarity, decision)
-            if reason is None:
-                decision.decision = "hit"
+            if reason is not None:
+                decision.decision = f"rejected: {reason}"
+                rejected = rejected or (decision if similarity >= line else None)
+                continue
+            assert entry.id is not None
+            self.budgets.candidate_seen(key.namespace, key.language, similarity, rule, line)
+            if similarity < line:  # a near miss; the log keeps why a candidate above the line was refused
+                self._decide(rejected or decision)
+                return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "near_miss"))
+            if self.budgets.should_explore(key.namespace, key.language, rule):
+                self.budgets.explored(key.namespace, key.language)
+                decision.decision, decision.explored = "explored: answered from the upstream to label it", True
                 self._decide(decision)
-                return Hit(
-                    tier="semantic",
-                    answer=entry.answer,
-                    matched_prompt=entry.prompt,
-                    entry_id=entry.id,
-                    similarity=min(similarity, 1.0),
-                )
-            decision.decision = f"rejected: {reason}"
+                return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "explored"))
+            decision.decision = "hit"
+            self._decide(decision)
+            hit = Hit(tier="semantic", answer=entry.answer, matched_prompt=entry.prompt, entry_id=entry.id,
+                      similarity=min(similarity, 1.0))  # fmt: skip
+            return SemanticResult(hit=hit)
         self._decide(decision)
-        return None
+        return SemanticResult()
 
     async def accepts_in_flight(self, key: RequestKey, vector: np.ndarray, candidate: str, similarity: float) -> bool:
         """Whether a similar request still in flight may answer this one, by the same rules as a
         stored candidate (it has no entry yet: no learned threshold, no feedback), logged alike."""
         policy = self.policies.for_namespace(key.namespace)
-        threshold = policy.threshold_for(key.language)
+        line = self.line(key.namespace, key.language)
         decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=candidate,
-                            similarity=round(similarity, 4), language=key.language, threshold=threshold)  # fmt: skip
-        if similarity < threshold:
-            reason: str | None = "below the threshold"
+                            similarity=round(similarity, 4), language=key.language, threshold=line)  # fmt: skip
+        if similarity < line:
+            reason: str | None = "below the line"
         else:
             reason = await self._rejection(policy, key, vector, None, candidate, similarity, decision)
         decision.decision = "hit: a request in flight" if reason is None else f"rejected: {reason}"

@@ -1,0 +1,412 @@
+"""Error budgets: for each namespace and prompt script, the decision line (the lowest cosine a
+semantic hit needs) that keeps the share of wrong hits within ``target_error``, learned from the
+evidence of live traffic.
+
+Evidence is counted in bins of cosine similarity:
+
+- traffic: lookups whose best candidate (one the guards let through) fell in the bin;
+- labels: candidates whose stored answer a judge compared with a fresh upstream answer to the same
+  request (near misses just under the line, explored would-be hits), or that a client reported on
+  (feedback), each correct or wrong.
+
+Each bin's error rate is its labels plus one pseudo-label of the prior (the shipped threshold: the
+target there, fewer errors above, more below), made non-increasing in similarity (pool adjacent
+violators). The wrong share of a line is the traffic-weighted mean rate of the bins at and above it,
+with a normal confidence bound; the line chosen is the lowest whose upper bound is within the
+target. Until a namespace has ``min_labels`` labels, the line is the prior and nothing is explored.
+
+Counts are additive, so replicas on one Redis share them by adding their deltas (``take_deltas``)
+and reading the totals back (``load``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .protocols import EvidenceStore
+
+LabelSource = Literal["near_miss", "explored", "feedback"]
+LABEL_SOURCES: tuple[LabelSource, ...] = ("near_miss", "explored", "feedback")
+
+BIN_WIDTH = 0.005
+LOWEST_SIMILARITY = 0.40
+BINS = round((1.0 - LOWEST_SIMILARITY) / BIN_WIDTH)
+# How far below the line near misses are labelled, in units of the prior's distance from 1:
+# 0.135 of cosine for a prior of 0.91, 0.02 for the multilingual model's 0.987.
+NEAR_MISS_BAND = 1.5
+# The prior's error rate falls by e for each third of (1 - prior) above it, and rises alike below.
+_PRIOR_SLOPE = 3.0
+_PRIOR_WEIGHT = 1.0
+# Labels per stratum of the estimate: fewer make it noisy, more make it coarse.
+_STRATUM_LABELS = 20
+_PRIOR_MAX_ERROR = 0.5
+# Of the would-be hits, at most this share is explored, and never beyond explore_share of requests.
+_EXPLORE_CHANCE = 0.5
+_RECOMPUTE_EVERY = 50
+
+
+def bin_of(similarity: float) -> int | None:
+    """The bin of a cosine, or None below the lowest bin (never labelled, never counted)."""
+    if similarity < LOWEST_SIMILARITY:
+        return None
+    return min(BINS - 1, int((similarity - LOWEST_SIMILARITY) / BIN_WIDTH + 1e-9))
+
+
+def bin_floor(index: int) -> float:
+    return round(LOWEST_SIMILARITY + index * BIN_WIDTH, 4)
+
+
+@dataclass(frozen=True)
+class BudgetRule:
+    """What the operator set for a namespace's script: the prior, the target, and whether to learn."""
+
+    prior: float  # the configured threshold
+    target_error: float
+    learn: bool = True  # False: the line is the prior (a pinned threshold, or learning turned off)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The state of one namespace's script, for /stats, /metrics and /admin."""
+
+    line: float
+    prior: float
+    learning: bool  # enough labels: the line is learned
+    pinned: bool
+    target_error: float
+    estimated_error: float
+    interval: tuple[float, float]
+    confidence: float
+    labels: dict[str, int]
+    labels_total: int
+    traffic: int  # lookups with a candidate the guards passed
+    hits_given_up: int  # would-be hits at the prior that the line held back
+    explored: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "decision_line": self.line, "prior_threshold": self.prior, "learning": self.learning,
+            "pinned": self.pinned, "target_error": self.target_error,
+            "estimated_error": round(self.estimated_error, 4),
+            "interval": [round(self.interval[0], 4), round(self.interval[1], 4)], "confidence": self.confidence,
+            "labels": dict(self.labels), "labels_total": self.labels_total, "traffic": self.traffic,
+            "hits_given_up": self.hits_given_up, "explored": self.explored,
+        }  # fmt: skip
+
+
+@dataclass
+class _Evidence:
+    traffic: list[int] = field(default_factory=lambda: [0] * BINS)
+    correct: list[int] = field(default_factory=lambda: [0] * BINS)
+    wrong: list[int] = field(default_factory=lambda: [0] * BINS)
+    counters: Counter[str] = field(default_factory=Counter)  # labels by source, hits given up, explored
+
+    def add(self, counts: dict[str, int]) -> None:
+        for name, count in counts.items():
+            kind, _, rest = name.partition(":")
+            if kind in ("t", "c", "w") and rest.isdigit() and int(rest) < BINS:
+                {"t": self.traffic, "c": self.correct, "w": self.wrong}[kind][int(rest)] += count
+            elif kind in ("src", "n"):
+                self.counters[name] += count
+
+    @property
+    def labels_total(self) -> int:
+        return sum(self.correct) + sum(self.wrong)
+
+
+class ErrorBudgets:
+    """The evidence and decision lines of every namespace and script. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        min_labels: int = 50,
+        confidence: float = 0.85,
+        explore_share: float = 0.05,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.min_labels = min_labels
+        self.confidence = confidence
+        self.explore_share = explore_share
+        self._z = NormalDist().inv_cdf(confidence)
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._evidence: dict[tuple[str, str], _Evidence] = {}
+        self._deltas: dict[tuple[str, str], Counter[str]] = {}
+        self._lines: dict[tuple[str, str, BudgetRule], float] = {}  # cached until the evidence changes
+        self._unseen: Counter[tuple[str, str]] = Counter()  # changes since its lines were worked out
+        self._requests: Counter[str] = Counter()  # this process's, per namespace: the exploration budget
+        self._explored: Counter[str] = Counter()
+
+    # -- deciding ----------------------------------------------------------------------------------
+
+    def line(self, namespace: str, language: str, rule: BudgetRule) -> float:
+        """The cosine a semantic hit needs in this namespace and script."""
+        if not rule.learn:
+            return rule.prior
+        key = (namespace, language, rule)
+        with self._lock:
+            line = self._lines.get(key)
+            if line is None:
+                evidence = self._evidence.get((namespace, language))
+                line = self._learned_line(evidence, rule) if evidence is not None else rule.prior
+                self._lines[key] = line
+            return line
+
+    def note_request(self, namespace: str) -> None:
+        with self._lock:
+            self._requests[namespace] += 1
+
+    def should_explore(self, namespace: str, language: str, rule: BudgetRule) -> bool:
+        """Whether to answer this would-be hit from the upstream instead, to label it: only once the
+        line is learned, by chance, and within ``explore_share`` of this namespace's requests."""
+        if not rule.learn or self.explore_share <= 0:
+            return False
+        with self._lock:
+            evidence = self._evidence.get((namespace, language))
+            if evidence is None or evidence.labels_total < self.min_labels:
+                return False
+            if self._explored[namespace] + 1 > self.explore_share * self._requests[namespace]:
+                return False
+            if self._rng.random() >= _EXPLORE_CHANCE:
+                return False
+            self._explored[namespace] += 1
+            return True
+
+    # -- evidence ----------------------------------------------------------------------------------
+
+    def candidate_seen(self, namespace: str, language: str, similarity: float, rule: BudgetRule, line: float) -> None:
+        """A lookup's best candidate that the guards let through: traffic, and a hit given up if the
+        prior would have served it."""
+        index = bin_of(similarity)
+        counts = {} if index is None else {f"t:{index}": 1}
+        if rule.prior <= similarity < line:
+            counts["n:given_up"] = 1
+        self._add(namespace, language, counts)
+
+    def explored(self, namespace: str, language: str) -> None:
+        self._add(namespace, language, {"n:explored": 1})
+
+    def label(self, namespace: str, language: str, similarity: float, correct: bool, source: LabelSource) -> None:
+        """Whether the candidate at ``similarity`` would have been a right answer."""
+        index = bin_of(similarity)
+        if index is None:
+            return
+        self._add(namespace, language, {f"{'c' if correct else 'w'}:{index}": 1, f"src:{source}": 1})
+
+    def _add(self, namespace: str, language: str, counts: dict[str, int]) -> None:
+        if not counts:
+            return
+        key = (namespace, language)
+        with self._lock:
+            self._evidence.setdefault(key, _Evidence()).add(counts)
+            self._deltas.setdefault(key, Counter()).update(counts)
+            self._unseen[key] += 1
+            # A label can move the line; traffic moves it little, so lines are redone every so often.
+            if self._unseen[key] >= _RECOMPUTE_EVERY or any(name[0] in "cw" for name in counts):
+                self._unseen[key] = 0
+                self._forget_lines(namespace, language)
+
+    def _forget_lines(self, namespace: str, language: str) -> None:
+        for key in [k for k in self._lines if k[:2] == (namespace, language)]:
+            del self._lines[key]
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def take_deltas(self) -> dict[tuple[str, str], dict[str, int]]:
+        """What was added since the last call, for the store to add to its totals."""
+        with self._lock:
+            deltas, self._deltas = self._deltas, {}
+        return {key: dict(counts) for key, counts in deltas.items()}
+
+    def give_back(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+        """Deltas the store could not take: kept for the next flush."""
+        with self._lock:
+            for key, counts in deltas.items():
+                self._deltas.setdefault(key, Counter()).update(counts)
+
+    def load(self, totals: dict[tuple[str, str], dict[str, int]]) -> None:
+        """Replace the evidence with the store's totals (every replica's), plus what is not flushed yet."""
+        with self._lock:
+            evidence: dict[tuple[str, str], _Evidence] = {}
+            for key, counts in totals.items():
+                evidence.setdefault(key, _Evidence()).add(counts)
+            for key, counts in self._deltas.items():
+                evidence.setdefault(key, _Evidence()).add(dict(counts))
+            self._evidence = evidence
+            self._lines.clear()
+
+    # -- reporting ---------------------------------------------------------------------------------
+
+    def keys(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return sorted(self._evidence)
+
+    def estimate(self, namespace: str, language: str, rule: BudgetRule, pinned: bool = False) -> Estimate:
+        line = self.line(namespace, language, rule)
+        with self._lock:
+            evidence = self._evidence.get((namespace, language)) or _Evidence()
+            rate, low, high = self._wrong_share(evidence, rule, line)
+            labels: dict[str, int] = {source: evidence.counters[f"src:{source}"] for source in LABEL_SOURCES}
+            return Estimate(
+                line=round(line, 4), prior=rule.prior, learning=rule.learn and evidence.labels_total >= self.min_labels,
+                pinned=pinned, target_error=rule.target_error, estimated_error=rate,
+                interval=(low, high),
+                confidence=self.confidence, labels=labels, labels_total=evidence.labels_total,
+                traffic=sum(evidence.traffic), hits_given_up=evidence.counters["n:given_up"],
+                explored=evidence.counters["n:explored"],
+            )  # fmt: skip
+
+    # -- the estimate --------------------------------------------------------------------------------
+
+    def _learned_line(self, evidence: _Evidence, rule: BudgetRule) -> float:
+        if evidence.labels_total < self.min_labels:
+            return rule.prior
+        certified = 1.0  # no line within budget: no semantic hits
+        for index, (rate, labels) in _lowering(evidence.traffic, _fit(evidence, rule)):
+            if _wilson(rate, labels, self._z)[1] <= rule.target_error:
+                certified = bin_floor(index)
+        if certified <= rule.prior:
+            return certified  # as low as the evidence vouches for, with confidence
+        rate, low, _ = self._wrong_share(evidence, rule, rule.prior)
+        if low <= rule.target_error:
+            return rule.prior  # nothing shows that the prior breaks the budget
+        return certified  # it does: up to a line the evidence vouches for, or none
+
+    def _wrong_share(self, evidence: _Evidence, rule: BudgetRule, line: float) -> tuple[float, float, float]:
+        """The estimated wrong share of hits at ``line``, and its lower and upper confidence bounds."""
+        first = bin_of(line)
+        if first is None:
+            first = 0
+        elif bin_floor(first) < line - 1e-9:
+            first += 1  # a line inside a bin (the prior) serves only the bins above it
+        if first >= BINS:
+            return 0.0, 0.0, 0.0
+        fit = _fit(evidence, rule)
+        rate, labels = fit.rates[first], fit.weights[first]  # no traffic yet: the rate at the line
+        for index, estimate in _lowering(evidence.traffic, fit):
+            if index < first:
+                break
+            rate, labels = estimate
+        low, high = _wilson(rate, labels, self._z)
+        return rate, low, high
+
+
+def _wilson(share: float, labels: float, z: float) -> tuple[float, float]:
+    """The Wilson score interval of a share seen in ``labels`` labels (fewer than one: no knowledge)."""
+    if labels < 1:
+        return 0.0, 1.0
+    centre = share + z * z / (2 * labels)
+    spread = z * math.sqrt(share * (1 - share) / labels + z * z / (4 * labels * labels))
+    scale = 1 + z * z / labels
+    return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
+
+
+@dataclass(frozen=True)
+class _Fit:
+    rates: list[float]  # per bin, non-increasing in similarity
+    weights: list[float]  # per bin, the labels behind its rate
+    blocks: list[int]  # per bin, the block of pooled bins it belongs to (pooled bins share one rate)
+
+
+def _lowering(traffic: list[int], fit: _Fit) -> list[tuple[int, tuple[float, float]]]:
+    """For each line, from the top bin down: the traffic-weighted wrong share of the bins it serves,
+    and the effective number of labels behind it (Kish: 1 / sum of block share^2 / block labels).
+    Lines above all traffic are left out."""
+    out = []
+    served = wrong = 0.0
+    done = 0.0  # sum over finished blocks of (block traffic)^2 / block labels
+    block, block_traffic = -1, 0.0
+    for index in range(BINS - 1, -1, -1):
+        if fit.blocks[index] != block:
+            if block >= 0:
+                done += block_traffic**2 / fit.weights[index + 1]
+            block, block_traffic = fit.blocks[index], 0.0
+        served += traffic[index]
+        wrong += traffic[index] * fit.rates[index]
+        block_traffic += traffic[index]
+        if served:
+            spread = done + block_traffic**2 / fit.weights[index]
+            out.append((index, (wrong / served, served**2 / spread)))
+    return out
+
+
+async def share_evidence(budgets: ErrorBudgets, store: EvidenceStore) -> None:
+    """Add this process's new evidence to the store's totals, then take up the totals: with Redis,
+    every replica's evidence. What the store could not take is kept for the next time."""
+    deltas = budgets.take_deltas()
+    try:
+        await store.add_evidence(deltas)
+    except BaseException:
+        budgets.give_back(deltas)
+        raise
+    budgets.load(await store.evidence())
+
+
+def prior_error(similarity: float, rule: BudgetRule) -> float:
+    """The prior's error rate at a cosine: the target at the prior threshold."""
+    scale = max(1.0 - rule.prior, 0.01) / _PRIOR_SLOPE
+    return min(_PRIOR_MAX_ERROR, rule.target_error * math.exp((rule.prior - similarity) / scale))
+
+
+def _fit(evidence: _Evidence, rule: BudgetRule) -> _Fit:
+    """Each bin's error rate, from strata of at least ``_STRATUM_LABELS`` labels taken from the
+    lowest label up; the top stratum reaches to 1.0, so bins above every label share the rate of the
+    labels below them, which bounds theirs (wrong answers grow rarer as similarity rises). The
+    strata's rates are made non-increasing in similarity (pool adjacent violators). Below the lowest
+    label only the prior speaks, with the weight of one label."""
+    labelled = [i for i in range(BINS) if evidence.wrong[i] + evidence.correct[i]]
+    strata: list[tuple[int, int, int, int]] = []  # (first bin, end bin, wrong, labels), from the top
+    if labelled:
+        bottom_up: list[list[int]] = []  # [first, end, wrong, labels]
+        start, wrong, labels = labelled[0], 0, 0
+        for index in range(labelled[0], BINS):
+            wrong += evidence.wrong[index]
+            labels += evidence.wrong[index] + evidence.correct[index]
+            if labels >= _STRATUM_LABELS:
+                bottom_up.append([start, index + 1, wrong, labels])
+                start, wrong, labels = index + 1, 0, 0
+        if bottom_up and labels < _STRATUM_LABELS:  # the few top labels join the stratum below
+            top = bottom_up[-1]
+            top[1], top[2], top[3] = BINS, top[2] + wrong, top[3] + labels
+        elif start < BINS:
+            bottom_up.append([start, BINS, wrong, labels])
+        else:
+            bottom_up[-1][1] = BINS
+        strata = [(a, b, w, n) for a, b, w, n in reversed(bottom_up)]
+    end = labelled[0] if labelled else BINS
+    means = [w / n for _, _, w, n in strata]
+    weights = [float(n) for _, _, _, n in strata]
+    if end > 0:  # below every label
+        means.append(prior_error(min(bin_floor(end), rule.prior), rule))
+        weights.append(_PRIOR_WEIGHT)
+        strata.append((0, end, 0, 0))
+    rates, weights_of, blocks = [0.0] * BINS, [0.0] * BINS, [0] * BINS
+    # Pooled from the top down, a rate must not fall: reversed, it is the non-increasing fit.
+    pooled = _pool_adjacent_violators(means[::-1], weights[::-1])
+    for number, (start, stop, mean, weight) in enumerate(pooled):
+        for stratum in strata[len(strata) - stop : len(strata) - start]:
+            for index in range(stratum[0], stratum[1]):
+                rates[index], weights_of[index], blocks[index] = mean, weight, number
+    return _Fit(rates, weights_of, blocks)
+
+
+def _pool_adjacent_violators(means: list[float], weights: list[float]) -> list[tuple[int, int, float, float]]:
+    """The non-increasing fit of ``means``: blocks of (start, end, mean, weight)."""
+    blocks: list[list[float]] = []  # [start, end, mean, weight]
+    for index, (mean, weight) in enumerate(zip(means, weights, strict=True)):
+        blocks.append([index, index + 1, mean, weight])
+        while len(blocks) > 1 and blocks[-2][2] < blocks[-1][2]:
+            right = blocks.pop()
+            left = blocks[-1]
+            total = left[3] + right[3]
+            left[2] = (left[2] * left[3] + right[2] * right[3]) / total
+            left[1], left[3] = right[1], total
+    return [(int(s), int(e), m, w) for s, e, m, w in blocks]

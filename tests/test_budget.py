@@ -1,0 +1,174 @@
+"""Error budgets: the decision line each namespace learns from labelled evidence, its estimate of
+the wrong share, exploration's bounds, and the evidence's trip through SQLite and Redis."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from semcache.budget import BudgetRule, ErrorBudgets, share_evidence
+from semcache.stores import SQLiteStore
+from semcache.stores.redis import RedisStore
+from semcache.testing.redis_server import RedisServer
+
+RULE = BudgetRule(prior=0.91, target_error=0.01)
+
+
+def true_error(similarity: float, midpoint: float) -> float:
+    """Traffic whose wrong share falls from 50% at ``midpoint`` to next to nothing 0.1 above it."""
+    return 1 / (1 + math.exp((similarity - midpoint) / 0.02))
+
+
+def replay(budgets: ErrorBudgets, midpoint: float, lookups: int, seed: int = 7, rule: BudgetRule = RULE) -> None:
+    """Lookups as the semantic tier makes them: traffic everywhere, near misses labelled, hits
+    explored when the budget asks."""
+    rng = random.Random(seed)
+    for _ in range(lookups):
+        similarity = rng.uniform(0.45, 1.0)
+        line = budgets.line("ns", "latin", rule)
+        budgets.note_request("ns")
+        budgets.candidate_seen("ns", "latin", similarity, rule, line)
+        correct = rng.random() >= true_error(similarity, midpoint)
+        if line - 1.5 * (1 - rule.prior) <= similarity < line:
+            budgets.label("ns", "latin", similarity, correct, "near_miss")
+        elif similarity >= line and budgets.should_explore("ns", "latin", rule):
+            budgets.explored("ns", "latin")
+            budgets.label("ns", "latin", similarity, correct, "explored")
+
+
+def served_error(midpoint: float, line: float) -> float:
+    points = [line + (1.0 - line) * k / 999 for k in range(1000)]
+    return sum(true_error(p, midpoint) for p in points) / len(points)
+
+
+def test_until_it_has_enough_labels_a_namespace_decides_by_the_prior_and_never_explores() -> None:
+    budgets = ErrorBudgets(min_labels=50, rng=random.Random(1))
+    for _ in range(49):
+        budgets.label("ns", "latin", 0.80, True, "near_miss")
+    for _ in range(200):
+        budgets.note_request("ns")
+    assert budgets.line("ns", "latin", RULE) == 0.91
+    assert not any(budgets.should_explore("ns", "latin", RULE) for _ in range(100))
+
+
+def test_traffic_whose_answers_stay_right_far_below_the_prior_gets_a_lower_line_within_budget() -> None:
+    budgets = ErrorBudgets(rng=random.Random(2))
+    replay(budgets, midpoint=0.62, lookups=6000)  # a help desk: paraphrases are right down to ~0.7
+    line = budgets.line("ns", "latin", RULE)
+    assert line < 0.85
+    assert served_error(0.62, line) <= RULE.target_error
+
+
+def test_traffic_that_is_wrong_at_the_prior_raises_the_line_above_it() -> None:
+    budgets = ErrorBudgets(rng=random.Random(3))
+    replay(budgets, midpoint=0.86, lookups=8000)  # look-alike questions: wrong well above 0.91
+    line = budgets.line("ns", "latin", RULE)
+    assert 0.91 < line < 1.0
+    assert served_error(0.86, line) <= 0.02
+    assert budgets.estimate("ns", "latin", RULE).hits_given_up > 0
+
+
+def test_the_estimate_brackets_the_true_wrong_share_at_the_line() -> None:
+    budgets = ErrorBudgets(rng=random.Random(4))
+    replay(budgets, midpoint=0.70, lookups=8000)
+    estimate = budgets.estimate("ns", "latin", RULE)
+    truth = served_error(0.70, estimate.line)
+    assert estimate.learning and estimate.labels_total > 500
+    assert estimate.interval[0] <= truth + 0.005 and truth <= estimate.interval[1]
+    assert abs(estimate.estimated_error - truth) < 0.02
+    assert estimate.labels["near_miss"] > 0 and estimate.labels["explored"] > 0
+
+
+def test_a_pinned_or_unlearned_rule_keeps_the_threshold_whatever_the_evidence() -> None:
+    budgets = ErrorBudgets(rng=random.Random(5))
+    pinned = BudgetRule(prior=0.91, target_error=0.01, learn=False)
+    replay(budgets, midpoint=0.60, lookups=3000, rule=pinned)
+    assert budgets.line("ns", "latin", pinned) == 0.91
+    assert not budgets.should_explore("ns", "latin", pinned)
+    assert budgets.estimate("ns", "latin", pinned, pinned=True).pinned
+
+
+def test_exploration_stays_within_its_share_of_requests() -> None:
+    budgets = ErrorBudgets(explore_share=0.05, rng=random.Random(6))
+    for _ in range(60):
+        budgets.label("ns", "latin", 0.95, True, "near_miss")
+    explored = 0
+    for _ in range(2000):
+        budgets.note_request("ns")
+        explored += budgets.should_explore("ns", "latin", RULE)
+    assert 0 < explored <= 0.05 * 2000
+
+
+def test_evidence_outside_the_bins_is_ignored() -> None:
+    budgets = ErrorBudgets()
+    budgets.label("ns", "latin", 0.1, False, "feedback")
+    budgets.candidate_seen("ns", "latin", 0.1, RULE, 0.91)
+    assert budgets.estimate("ns", "latin", RULE).labels_total == 0
+
+
+# -- the evidence in the stores -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+async def test_evidence_survives_a_restart_in_sqlite(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "entries.sqlite3")
+    await store.open()
+    budgets = ErrorBudgets()
+    for _ in range(3):
+        budgets.label("support", "latin", 0.80, True, "near_miss")
+    budgets.label("support", "han", 0.99, False, "feedback")
+    await share_evidence(budgets, store)
+    budgets.label("support", "latin", 0.80, True, "near_miss")
+    await share_evidence(budgets, store)
+    await store.close()
+
+    reopened = SQLiteStore(tmp_path / "entries.sqlite3")
+    await reopened.open()
+    later = ErrorBudgets()
+    await share_evidence(later, reopened)
+    await reopened.close()
+    assert later.estimate("support", "latin", RULE).labels == {"near_miss": 4, "explored": 0, "feedback": 0}
+    assert later.estimate("support", "han", RULE).labels_total == 1
+
+
+async def test_replicas_on_one_redis_add_up_their_evidence(redis_server: RedisServer) -> None:
+    stores = [RedisStore(redis_server.url, prefix="budget-test") for _ in range(2)]
+    replicas = [ErrorBudgets(), ErrorBudgets()]
+    for replica, count in zip(replicas, (30, 25), strict=True):
+        for _ in range(count):
+            replica.label("shared", "latin", 0.85, True, "explored")
+    for replica, store in zip(replicas, stores, strict=True):
+        await share_evidence(replica, store)
+    await share_evidence(replicas[0], stores[0])  # the first catches up with the second
+    for replica in replicas:
+        assert replica.estimate("shared", "latin", RULE).labels["explored"] == 55
+    for store in stores:
+        await store.close()
+
+
+async def test_evidence_the_store_cannot_take_is_kept_for_the_next_time(tmp_path: Path) -> None:
+    class Refusing:
+        async def add_evidence(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+            raise OSError("disk full")
+
+        async def evidence(self) -> dict[tuple[str, str], dict[str, int]]:
+            return {}
+
+    budgets = ErrorBudgets()
+    budgets.label("ns", "latin", 0.9, True, "near_miss")
+    with pytest.raises(OSError):
+        await share_evidence(budgets, Refusing())
+    store = SQLiteStore(tmp_path / "entries.sqlite3")
+    await store.open()
+    await share_evidence(budgets, store)
+    assert (await store.evidence())[("ns", "latin")]["src:near_miss"] == 1
+    await store.close()
