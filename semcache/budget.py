@@ -50,6 +50,9 @@ _PRIOR_MAX_ERROR = 0.5
 # Of the would-be hits, at most this share is explored, and never beyond explore_share of requests.
 _EXPLORE_CHANCE = 0.5
 _RECOMPUTE_EVERY = 50
+# Clients choose namespaces: past this many namespace-and-script budgets, new ones keep the prior
+# and are not counted, so that neither memory nor the store grows without bound.
+MAX_BUDGETS = 10_000
 
 
 def bin_of(similarity: float) -> int | None:
@@ -162,7 +165,8 @@ class ErrorBudgets:
 
     def note_request(self, namespace: str) -> None:
         with self._lock:
-            self._requests[namespace] += 1
+            if namespace in self._requests or len(self._requests) < MAX_BUDGETS:
+                self._requests[namespace] += 1
 
     def should_explore(self, namespace: str, language: str, rule: BudgetRule) -> bool:
         """Whether to answer this would-be hit from the upstream instead, to label it: only once the
@@ -206,6 +210,8 @@ class ErrorBudgets:
             return
         key = (namespace, language)
         with self._lock:
+            if key not in self._evidence and len(self._evidence) >= MAX_BUDGETS:
+                return
             self._evidence.setdefault(key, _Evidence()).add(counts)
             self._deltas.setdefault(key, Counter()).update(counts)
             self._unseen[key] += 1

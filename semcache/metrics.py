@@ -50,7 +50,8 @@ class Readings:
 
 
 class Metrics:
-    """The app's Prometheus series. Implements ``semcache.observer.Observer``."""
+    """The app's Prometheus series. Implements ``semcache.observer.Observer``; ``exposition`` is
+    what /metrics serves."""
 
     def __init__(self, read: Callable[[], Readings] = Readings, *, max_namespaces: int = 100) -> None:
         self.registry = _Registry()
@@ -137,6 +138,15 @@ class Metrics:
             ["namespace"],
             registry=registry,
         )
+        self._coalesced = Counter(
+            "semcache_coalesced", "Requests answered from another request's upstream call.", registry=registry
+        )
+        self._feedback = Counter(
+            "semcache_feedback",
+            "Clients' verdicts on served hits, by namespace and verdict ('correct', 'wrong').",
+            ["namespace", "verdict"],
+            registry=registry,
+        )
         registry.register(_ScrapeTimeCollector(read))
 
     # -- Observer ----------------------------------------------------------------------------------
@@ -168,7 +178,11 @@ class Metrics:
         completion.inc(completion_tokens)
         cost.inc(cost_usd or 0.0)
 
-    # -- the web layer's and the embedder's hooks ---------------------------------------------------
+    def coalesced(self) -> None:
+        self._coalesced.inc()
+
+    def feedback(self, namespace: str, correct: bool) -> None:
+        self._feedback.labels(self._namespace(namespace), "correct" if correct else "wrong").inc()
 
     def request_duration(self, path: LatencyPath, seconds: float) -> None:
         self._request_seconds[path].observe(seconds)

@@ -1,8 +1,9 @@
-"""What the request path tells about itself, for metrics: one narrow seam with a silent default.
+"""What the request path tells about itself: one narrow seam with a silent default.
 
-The pipeline, the tiers and the upstream wrapper call these hooks; ``semcache.metrics.Metrics``
-turns them into Prometheus series. Nothing here knows about Prometheus, and every hook must be
-cheap and must never raise: it runs on the request path.
+The pipeline, the tiers, the upstream wrapper, the embedder and the web layer's timer call these
+hooks, once per event. ``semcache.stats.Stats`` (``/stats``) and ``semcache.metrics.Metrics``
+(Prometheus) each implement them, and the app hands the parts one ``FanOut`` of both. Nothing here
+knows about either, and every hook must be cheap and must never raise: it runs on the request path.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Literal, Protocol
 
-from .stats import Outcome
+from .stats import LatencyPath, Outcome
 
 # Timed steps of a request. The store steps: the exact-key lookup, reading a semantic candidate,
 # and writing a new entry.
@@ -34,9 +35,25 @@ class Observer(Protocol):
         """A request answered without calling the upstream; ``cost_usd`` is None for a model with no price."""
         ...
 
+    def coalesced(self) -> None:
+        """A request answered from another request's upstream call."""
+        ...
+
+    def feedback(self, namespace: str, correct: bool) -> None:
+        """A client's verdict on a served hit."""
+        ...
+
+    def request_duration(self, path: LatencyPath, seconds: float) -> None:
+        """A whole request, first byte in to last byte out, by the path it took."""
+        ...
+
+    def embedded(self, batch_size: int, seconds: float) -> None:
+        """One embedding model call."""
+        ...
+
 
 class NullObserver:
-    """Hears everything and keeps nothing: the default where no metrics are wanted."""
+    """Hears everything and keeps nothing: the default where no one listens."""
 
     def request(self, namespace: str, outcome: Outcome, tier: str | None) -> None:
         pass
@@ -49,6 +66,57 @@ class NullObserver:
 
     def saved(self, namespace: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None) -> None:
         pass
+
+    def coalesced(self) -> None:
+        pass
+
+    def feedback(self, namespace: str, correct: bool) -> None:
+        pass
+
+    def request_duration(self, path: LatencyPath, seconds: float) -> None:
+        pass
+
+    def embedded(self, batch_size: int, seconds: float) -> None:
+        pass
+
+
+class FanOut:
+    """Tells every event to each of its observers, in order: ``/stats``'s and Prometheus's."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = observers
+
+    def request(self, namespace: str, outcome: Outcome, tier: str | None) -> None:
+        for observer in self.observers:
+            observer.request(namespace, outcome, tier)
+
+    def stage(self, stage: Stage, seconds: float) -> None:
+        for observer in self.observers:
+            observer.stage(stage, seconds)
+
+    def upstream_error(self, status: int, kind: UpstreamErrorKind) -> None:
+        for observer in self.observers:
+            observer.upstream_error(status, kind)
+
+    def saved(self, namespace: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None) -> None:
+        for observer in self.observers:
+            observer.saved(namespace, prompt_tokens, completion_tokens, cost_usd)
+
+    def coalesced(self) -> None:
+        for observer in self.observers:
+            observer.coalesced()
+
+    def feedback(self, namespace: str, correct: bool) -> None:
+        for observer in self.observers:
+            observer.feedback(namespace, correct)
+
+    def request_duration(self, path: LatencyPath, seconds: float) -> None:
+        for observer in self.observers:
+            observer.request_duration(path, seconds)
+
+    def embedded(self, batch_size: int, seconds: float) -> None:
+        for observer in self.observers:
+            observer.embedded(batch_size, seconds)
 
 
 class timed:  # lower case: it reads as a function, `with timed(observer, "index_search"):`

@@ -40,7 +40,6 @@ from .limits import fit_context
 from .observer import NullObserver, Observer, timed
 from .protocols import Store, Upstream, Verifier
 from .quality import Decision, DecisionLog, NamespacePolicies
-from .stats import Stats
 from .tiers import ExactTier, Hit, SemanticTier, TemplateTier
 from .tiers.semantic import Probe
 from .tokens import PriceTable, TokenCounter
@@ -129,7 +128,6 @@ class Pipeline:
     upstream: Upstream
     templates: TemplateTier
     tokens: TokenCounter
-    stats: Stats
     policies: NamespacePolicies
     default_ttl_s: float
     max_temperature: float
@@ -146,7 +144,8 @@ class Pipeline:
     coalesce_wait_s: float = 30.0  # longest a semantic match waits for a similar request in flight
     max_answer_bytes: int = 1_000_000  # longest answer stored, in UTF-8 bytes; longer ones are only relayed
     prices: PriceTable = field(default_factory=PriceTable)  # to estimate the money hits saved
-    observer: Observer = field(default_factory=NullObserver)  # metrics hooks
+    # Where every event goes once: the app's FanOut of /stats and Prometheus.
+    observer: Observer = field(default_factory=NullObserver)
     clock: Callable[[], float] = time.time
     decisions: DecisionLog = field(default_factory=DecisionLog)
     served: ServedHits = field(default_factory=ServedHits)
@@ -266,21 +265,18 @@ class Pipeline:
         return self.templates.lookup_semantic(key, vector, self.embedding_model(key), threshold)
 
     async def record(self, lookup: Lookup) -> None:
-        self.stats.record(lookup.namespace, lookup.outcome, lookup.tier)
         self.observer.request(lookup.namespace, lookup.outcome, lookup.tier)
         if lookup.hit is not None:
             self._record_saved(lookup, await self._usage(lookup))
         # Relayed answers of another request's upstream call are counted once they are known.
 
     def record_error(self, namespace: str) -> None:
-        self.stats.record(namespace, "error")
         self.observer.request(namespace, "error", None)
 
     def _record_saved(self, lookup: Lookup, usage: dict[str, int]) -> None:
         """An answer that needed no upstream call: count the tokens it would have cost, and their price."""
         prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
         cost = self.prices.cost_usd(lookup.request.model, prompt, completion)
-        self.stats.record_saved(lookup.namespace, prompt, completion, cost)
         self.observer.saved(lookup.namespace, prompt, completion, cost)
 
     # -- hits --------------------------------------------------------------------------------
@@ -357,7 +353,7 @@ class Pipeline:
         served = self.served.take(response_id, namespace)
         if served is None:
             raise NotFound(f"no cache hit with id {response_id!r} in this namespace, or feedback was already given")
-        self.stats.record_feedback(namespace, correct)
+        self.observer.feedback(namespace, correct)
         if served.tier == "semantic" and served.similarity is not None and served.language is not None:
             self.budgets.label(namespace, served.language, served.similarity, correct, "feedback")
         if correct or served.entry_id is None:
@@ -540,7 +536,7 @@ class Pipeline:
     def _mark_followed(self, lookup: Lookup, flight: Flight) -> None:
         lookup.coalesced_tier = "exact"
         flight.followers += 1
-        self.stats.record_coalesced()
+        self.observer.coalesced()
 
     async def _wait_for_similar(self, lookup: Lookup) -> bool:
         """Wait for an in-flight request that a semantic hit could be served from; True if served."""
@@ -561,7 +557,7 @@ class Pipeline:
         lookup.hit = Hit(tier="semantic", answer=done.text, matched_prompt=flight.key.prompt, similarity=similarity)
         lookup.coalesced_tier = "semantic"
         flight.followers += 1
-        self.stats.record_coalesced()
+        self.observer.coalesced()
         return True
 
     async def _store(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None = None) -> None:

@@ -27,6 +27,9 @@ _MICRO = 1_000_000
 
 
 class Stats:
+    """The counters behind ``/stats``. An ``Observer`` (semcache.observer): the app hands one
+    ``FanOut`` of it and the Prometheus metrics to every part, so each event is told once."""
+
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()  # this process, since it started
         self._unshared: Counter[str] = Counter()  # not yet added to the shared store
@@ -46,21 +49,23 @@ class Stats:
                 self._counts[name] += amount
                 self._unshared[name] += amount
 
-    def record(self, namespace: str, outcome: Outcome, tier: str | None = None) -> None:
+    # -- Observer ----------------------------------------------------------------------------------
+
+    def request(self, namespace: str, outcome: Outcome, tier: str | None = None) -> None:
         counter = _OUTCOME_COUNTER[outcome]
         names = ["requests", counter, f"ns:{namespace}:requests", f"ns:{namespace}:{counter}"]
         if tier is not None:
             names.append(f"tier:{tier}")
         self._add(*names)
 
-    def record_coalesced(self) -> None:
+    def coalesced(self) -> None:
         self._add("coalesced")
 
-    def record_feedback(self, namespace: str, correct: bool) -> None:
+    def feedback(self, namespace: str, correct: bool) -> None:
         verdict = "reported_correct" if correct else "reported_wrong"
         self._add(verdict, f"ns:{namespace}:{verdict}")
 
-    def record_saved(self, namespace: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None) -> None:
+    def saved(self, namespace: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None) -> None:
         """A request answered without calling the upstream: the tokens it would have cost, and
         their price (None when the model has no price)."""
         amounts = {
@@ -84,13 +89,21 @@ class Stats:
         self._cost_carry[name] = carried - whole
         return whole
 
-    def record_latency(self, path: LatencyPath, seconds: float) -> None:
+    def request_duration(self, path: LatencyPath, seconds: float) -> None:
         self.latencies.record(path, seconds)
 
-    def record_embed_batch(self, size: int, seconds: float) -> None:
+    def embedded(self, batch_size: int, seconds: float) -> None:
         with self._lock:
             self.embed_batches += 1
-            self.embedded_prompts += size
+            self.embedded_prompts += batch_size
+
+    def stage(self, stage: str, seconds: float) -> None:
+        pass  # steps are Prometheus histograms only
+
+    def upstream_error(self, status: int, kind: str) -> None:
+        pass  # Prometheus only
+
+    # -- sharing and reporting -------------------------------------------------------------------
 
     def take_unshared(self) -> Counter[str]:
         """Counts recorded since the last call, for adding to the shared store."""

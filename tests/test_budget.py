@@ -172,3 +172,14 @@ async def test_evidence_the_store_cannot_take_is_kept_for_the_next_time(tmp_path
     await share_evidence(budgets, store)
     assert (await store.evidence())[("ns", "latin")]["src:near_miss"] == 1
     await store.close()
+
+
+def test_client_chosen_namespaces_cannot_grow_the_budgets_without_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("semcache.budget.MAX_BUDGETS", 3)
+    budgets = ErrorBudgets()
+    for number in range(10):
+        budgets.note_request(f"ns{number}")
+        budgets.label(f"ns{number}", "latin", 0.9, True, "near_miss")
+    assert len(budgets.keys()) == 3
+    assert budgets.estimate("ns9", "latin", RULE).labels_total == 0  # it keeps the prior
+    assert len(budgets.take_deltas()) == 3

@@ -47,11 +47,11 @@ def stats_payload(extra_requests: int = 0) -> dict[str, Any]:
         ("billing", "bypass", None),
         *[("support", "miss", None)] * extra_requests,
     ]:
-        stats.record(namespace, outcome, tier)
-    stats.record_saved("support", 1200, 34, 0.00123)
-    stats.record_saved("billing", 10, 20, None)
+        stats.request(namespace, outcome, tier)
+    stats.saved("support", 1200, 34, 0.00123)
+    stats.saved("billing", 10, 20, None)
     for path, seconds in [("exact_hit", 0.0011), ("exact_hit", 0.0013), ("semantic_hit", 0.0168), ("miss", 0.25)]:
-        stats.record_latency(path, seconds)  # type: ignore[arg-type]
+        stats.request_duration(path, seconds)  # type: ignore[arg-type]
     return {**stats.snapshot(), "entries": 42, "ready": True}
 
 

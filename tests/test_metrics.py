@@ -114,15 +114,18 @@ def traffic(
 def drive(client: openai.OpenAI, upstream: StandinUpstream, run: Traffic) -> None:
     """The mix: 13 requests, 11 in the default namespace and 2 in tenant-b."""
 
-    def expect(outcome: str, tier: str | None, prompt: str, **kwargs: Any) -> None:
+    def expect(outcome: str, tier: str | None, prompt: str, **kwargs: Any) -> Any:
         reply, headers = completion(client, prompt, **kwargs)
         assert (headers["x-semcache"], headers.get("x-semcache-tier")) == (outcome, tier)
         if outcome == "hit":
             usage = (reply.usage.prompt_tokens, reply.usage.completion_tokens)
             run.hit_usage.setdefault(kwargs.get("model", "test-model"), []).append(usage)
+        return reply
 
     expect("miss", None, QUESTION)
-    expect("hit", "exact", QUESTION)
+    exact = expect("hit", "exact", QUESTION)
+    verdict = httpx.post(f"{run.url}/v1/semcache/feedback", json={"id": exact.id, "correct": True})
+    assert verdict.status_code == 200
     expect("hit", "semantic", PARAPHRASE)
     expect("hit", "template", "What are your opening hours?")
     assert streamed(client, "What is the capital of France?")[0] == "miss"

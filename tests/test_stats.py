@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from semcache.metrics import Metrics
+from semcache.observer import FanOut
 from semcache.stats import LATENCY_PATHS, Latencies, Stats
 from semcache.tokens import Price, PriceTable
 
@@ -67,7 +69,7 @@ def test_many_cheap_hits_add_up_to_what_they_cost_together() -> None:
     stats = Stats()
     prices = PriceTable({"gpt-4o-mini": Price(input_per_1m=0.15, output_per_1m=0.6)})
     for _ in range(1000):  # 10 prompt + 0 completion tokens: 1.5 micro-dollars each
-        stats.record_saved("default", 10, 0, prices.cost_usd("gpt-4o-mini", 10, 0))
+        stats.saved("default", 10, 0, prices.cost_usd("gpt-4o-mini", 10, 0))
     savings = stats.snapshot()["savings"]
     assert savings["cost_usd"] == pytest.approx(0.0015, abs=1e-6)
     assert (savings["prompt_tokens"], savings["completion_tokens"], savings["total_tokens"]) == (10_000, 0, 10_000)
@@ -85,13 +87,13 @@ def test_price_table_matches_exactly_then_falls_back_to_default() -> None:
 def test_replicas_counts_add_up_to_the_cluster_figures() -> None:
     """With --store redis each replica adds its unshared counts into one hash; this is that sum."""
     first, second = Stats(), Stats()
-    first.record("support", "hit", "exact")
-    first.record_saved("support", 20, 30, 0.000125)
-    second.record("support", "miss")
-    second.record("billing", "hit", "semantic")
-    second.record_saved("billing", 5, 5, None)
-    second.record("billing", "hit", "exact")
-    second.record_saved("billing", 5, 5, 0.00001)
+    first.request("support", "hit", "exact")
+    first.saved("support", 20, 30, 0.000125)
+    second.request("support", "miss")
+    second.request("billing", "hit", "semantic")
+    second.saved("billing", 5, 5, None)
+    second.request("billing", "hit", "exact")
+    second.saved("billing", 5, 5, 0.00001)
     shared = first.take_unshared() + second.take_unshared()
     cluster = first.snapshot(shared)
     assert cluster["savings"] == {
@@ -116,6 +118,27 @@ def test_top_namespaces_are_the_ten_busiest() -> None:
     stats = Stats()
     for n in range(12):
         for _ in range(n + 1):
-            stats.record(f"ns{n:02d}", "miss")
+            stats.request(f"ns{n:02d}", "miss")
     top = stats.snapshot()["top_namespaces"]
     assert [row["namespace"] for row in top] == [f"ns{n:02d}" for n in range(11, 1, -1)]
+
+
+def test_one_fan_out_tells_each_event_once_to_stats_and_to_prometheus() -> None:
+    stats, metrics = Stats(), Metrics()
+    observer = FanOut(stats, metrics)
+    observer.request("support", "hit", "semantic")
+    observer.saved("support", 10, 20, None)
+    observer.feedback("support", False)
+    observer.coalesced()
+    observer.request_duration("semantic_hit", 0.004)
+    observer.embedded(3, 0.01)
+    snapshot = stats.snapshot()
+    assert snapshot["hits"] == 1 and snapshot["tiers"]["semantic"] == 1
+    assert snapshot["feedback"] == {"correct": 0, "wrong": 1} and snapshot["coalesced"] == 1
+    assert snapshot["savings"]["total_tokens"] == 30 and snapshot["embedding"]["prompts"] == 3
+    assert snapshot["latency"]["paths"]["semantic_hit"]["lifetime"]["count"] == 1
+    text = metrics.exposition()[0].decode()
+    assert 'semcache_requests_total{namespace="support",outcome="hit",tier="semantic"} 1.0' in text
+    assert 'semcache_feedback_total{namespace="support",verdict="wrong"} 1.0' in text
+    assert "semcache_coalesced_total 1.0" in text
+    assert 'semcache_request_duration_seconds_count{path="semantic_hit"} 1.0' in text

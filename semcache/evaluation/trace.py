@@ -24,7 +24,6 @@ from ..judges import EmbeddingJudge, JudgeCase
 from ..pipeline import Pipeline, RequestControls
 from ..protocols import Verifier
 from ..quality import DecisionLog, NamespacePolicies, QualityPolicy
-from ..stats import Stats
 from ..stores import SQLiteStore
 from ..tiers import TemplateTier
 from ..tokens import TokenCounter
@@ -198,7 +197,7 @@ async def evaluate_trace(
             judge = _AuditedJudge(EmbeddingJudge(batcher.embed, learning.judge_min_similarity), upstream, cluster_of)
         pipeline = Pipeline(
             store=store, index=ScopedVectorIndex(embedder.dimension), embedder=batcher, upstream=upstream,
-            templates=TemplateTier([], 1.0), tokens=TokenCounter(Path(folder) / "tiktoken"), stats=Stats(),
+            templates=TemplateTier([], 1.0), tokens=TokenCounter(Path(folder) / "tiktoken"),
             policies=NamespacePolicies(policy), default_ttl_s=0, max_temperature=1.0, verifier=verifier,
             decisions=DecisionLog(10), budgets=budgets, judge=judge,
         )  # fmt: skip

@@ -21,6 +21,7 @@ from ..limits import RateLimiter
 from ..logs import Redactor
 from ..maintenance import Maintenance, restore_index
 from ..metrics import Metrics, Readings
+from ..observer import FanOut
 from ..pipeline import Pipeline
 from ..protocols import Embedder, EvidenceStore, Store, Upstream
 from ..quality import DecisionLog, NamespacePolicies, default_policy
@@ -63,6 +64,10 @@ class AppState:
     replica: Replica | None = None  # with --store redis
     load_error: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Every event is told once, to both: /stats's counters and Prometheus's series.
+        self.observer = FanOut(self.stats, self.metrics)
 
 
 def create_app(
@@ -242,7 +247,6 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             upstream=upstream,
             templates=templates,
             tokens=tokens,
-            stats=state.stats,
             policies=NamespacePolicies(default_policy(settings), overrides),
             default_ttl_s=settings.ttl,
             max_answer_bytes=settings.max_answer_bytes,
@@ -256,7 +260,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             standalone_max_context_similarity=settings.standalone_max_context_similarity,
             decisions=DecisionLog(settings.decisions_kept),
             prices=PriceTable({m: Price(p.input_per_1m, p.output_per_1m) for m, p in settings.prices.items()}),
-            observer=state.metrics,
+            observer=state.observer,
             budgets=budgets,
             judge=load_judge(settings, batcher.embed, upstream),
         )
@@ -296,8 +300,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
 
 
 def _embedded(state: AppState, batch_size: int, seconds: float) -> None:
-    state.stats.record_embed_batch(batch_size, seconds)
-    state.metrics.embedded(batch_size, seconds)
+    state.observer.embedded(batch_size, seconds)
 
 
 def _readings(state: AppState) -> Readings:

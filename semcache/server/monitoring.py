@@ -106,5 +106,4 @@ def _latency_path(start: Message) -> LatencyPath | None:
 
 def _record(scope: Scope, path: LatencyPath, seconds: float) -> None:
     state: Any = scope["app"].state.semcache
-    state.stats.record_latency(path, seconds)
-    state.metrics.request_duration(path, seconds)
+    state.observer.request_duration(path, seconds)
