@@ -9,13 +9,15 @@ Evidence is counted in bins of cosine similarity:
   request (near misses just under the line, explored would-be hits), or that a client reported on
   (feedback), each correct or wrong.
 
-Each bin's error rate is its labels plus one pseudo-label of the prior (the shipped threshold: the
-target there, fewer errors above, more below), made non-increasing in similarity (pool adjacent
-violators). The wrong share of a line is the traffic-weighted mean rate of the bins at and above it,
-with a normal confidence bound; the line chosen is the lowest whose upper bound is within the
-target. Until a namespace has ``min_labels`` labels, the line is the prior and nothing is explored.
+Each bin's error rate comes from strata of labels (below the lowest label, from the prior: the
+target at the configured threshold, more errors below it), made non-increasing in similarity (pool
+adjacent violators). The wrong share of a line is the traffic-weighted mean rate of the bins at and
+above it, with a Wilson interval on the effective number of labels behind it. The line goes below
+the prior only as far as that upper bound is within the target, the hits at the line itself are
+not much worse, and labels reach; above it only when the evidence shows the prior breaks the
+budget. Until a namespace has ``min_labels`` labels, the line is the prior and nothing is explored.
 
-Counts are additive, so replicas on one Redis share them by adding their deltas (``take_deltas``)
+Counts are additive, so replicas on one Redis share them by adding their deltas (``share_evidence``)
 and reading the totals back (``load``).
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 import random
 import threading
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -47,8 +50,14 @@ _PRIOR_WEIGHT = 1.0
 # Labels per stratum of the estimate: fewer make it noisy, more make it coarse.
 _STRATUM_LABELS = 20
 _PRIOR_MAX_ERROR = 0.5
-# Of the would-be hits, at most this share is explored, and never beyond explore_share of requests.
+# Of the would-be hits, at most this share is explored, and never beyond explore_share of requests:
+# each request adds explore_share to its namespace's allowance, which holds at most _EXPLORE_BURST.
 _EXPLORE_CHANCE = 0.5
+_EXPLORE_BURST = 2.0
+# The lowest a line may learn to go, in units of the prior's distance from 1 below it (0.64 for a
+# prior of 0.91), and how much worse than target_error the hits at the line itself may be.
+LOWEST_LINE = 3.0
+MARGINAL_FACTOR = 3.0
 _RECOMPUTE_EVERY = 50
 # Clients choose namespaces: past this many namespace-and-script budgets, new ones keep the prior
 # and are not counted, so that neither memory nor the store grows without bound.
@@ -64,6 +73,14 @@ def bin_of(similarity: float) -> int | None:
 
 def bin_floor(index: int) -> float:
     return round(LOWEST_SIMILARITY + index * BIN_WIDTH, 4)
+
+
+@dataclass(frozen=True)
+class EvidenceBatch:
+    """Counts on their way to the store, under an id that makes adding them idempotent."""
+
+    id: str
+    deltas: dict[tuple[str, str], dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -143,10 +160,10 @@ class ErrorBudgets:
         self._lock = threading.Lock()
         self._evidence: dict[tuple[str, str], _Evidence] = {}
         self._deltas: dict[tuple[str, str], Counter[str]] = {}
+        self._pending: EvidenceBatch | None = None  # taken for the store, not known to be stored
         self._lines: dict[tuple[str, str, BudgetRule], float] = {}  # cached until the evidence changes
         self._unseen: Counter[tuple[str, str]] = Counter()  # changes since its lines were worked out
-        self._requests: Counter[str] = Counter()  # this process's, per namespace: the exploration budget
-        self._explored: Counter[str] = Counter()
+        self._allowance: dict[str, float] = {}  # per namespace: explorations it may make now
 
     # -- deciding ----------------------------------------------------------------------------------
 
@@ -164,9 +181,12 @@ class ErrorBudgets:
             return line
 
     def note_request(self, namespace: str) -> None:
+        """One more semantic lookup: the namespace may explore a little more (up to a burst)."""
         with self._lock:
-            if namespace in self._requests or len(self._requests) < MAX_BUDGETS:
-                self._requests[namespace] += 1
+            allowance = self._allowance.get(namespace)
+            if allowance is None and len(self._allowance) >= MAX_BUDGETS:
+                return
+            self._allowance[namespace] = min((allowance or 0.0) + self.explore_share, _EXPLORE_BURST)
 
     def should_explore(self, namespace: str, language: str, rule: BudgetRule) -> bool:
         """Whether to answer this would-be hit from the upstream instead, to label it: only once the
@@ -177,11 +197,9 @@ class ErrorBudgets:
             evidence = self._evidence.get((namespace, language))
             if evidence is None or evidence.labels_total < self.min_labels:
                 return False
-            if self._explored[namespace] + 1 > self.explore_share * self._requests[namespace]:
+            if self._allowance.get(namespace, 0.0) < 1.0 or self._rng.random() >= _EXPLORE_CHANCE:
                 return False
-            if self._rng.random() >= _EXPLORE_CHANCE:
-                return False
-            self._explored[namespace] += 1
+            self._allowance[namespace] -= 1.0
             return True
 
     # -- evidence ----------------------------------------------------------------------------------
@@ -220,23 +238,25 @@ class ErrorBudgets:
                 self._unseen[key] = 0
                 self._forget_lines(namespace, language)
 
-    def _forget_lines(self, namespace: str, language: str) -> None:
-        for key in [k for k in self._lines if k[:2] == (namespace, language)]:
+    def _forget_lines(self, namespace: str, language: str | None) -> None:
+        for key in [k for k in self._lines if k[0] == namespace and language in (None, k[1])]:
             del self._lines[key]
 
     # -- persistence -------------------------------------------------------------------------------
 
-    def take_deltas(self) -> dict[tuple[str, str], dict[str, int]]:
-        """What was added since the last call, for the store to add to its totals."""
+    def pending_batch(self) -> EvidenceBatch | None:
+        """The evidence to add to the store: the batch that has not been stored yet, if any (sent
+        again with its id, so that it counts once), else what was added since the last one."""
         with self._lock:
-            deltas, self._deltas = self._deltas, {}
-        return {key: dict(counts) for key, counts in deltas.items()}
+            if self._pending is None and self._deltas:
+                deltas, self._deltas = self._deltas, {}
+                self._pending = EvidenceBatch(uuid.uuid4().hex, {key: dict(c) for key, c in deltas.items()})
+            return self._pending
 
-    def give_back(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
-        """Deltas the store could not take: kept for the next flush."""
+    def batch_stored(self, batch: EvidenceBatch) -> None:
         with self._lock:
-            for key, counts in deltas.items():
-                self._deltas.setdefault(key, Counter()).update(counts)
+            if self._pending is batch:
+                self._pending = None
 
     def load(self, totals: dict[tuple[str, str], dict[str, int]]) -> None:
         """Replace the evidence with the store's totals (every replica's), plus what is not flushed yet."""
@@ -244,16 +264,32 @@ class ErrorBudgets:
             evidence: dict[tuple[str, str], _Evidence] = {}
             for key, counts in totals.items():
                 evidence.setdefault(key, _Evidence()).add(counts)
-            for key, counts in self._deltas.items():
+            unstored = [*self._deltas.items(), *(self._pending.deltas.items() if self._pending else [])]
+            for key, counts in unstored:
                 evidence.setdefault(key, _Evidence()).add(dict(counts))
             self._evidence = evidence
             self._lines.clear()
 
     # -- reporting ---------------------------------------------------------------------------------
 
-    def keys(self) -> list[tuple[str, str]]:
+    def keys(self, namespace: str | None = None, limit: int | None = None) -> list[tuple[str, str]]:
+        """The (namespace, script) budgets with evidence, of ``namespace`` alone if given, busiest first."""
         with self._lock:
-            return sorted(self._evidence)
+            found = [(sum(e.traffic), key) for key, e in self._evidence.items() if namespace in (None, key[0])]
+        found.sort(key=lambda item: (-item[0], item[1]))
+        return [key for _, key in found[:limit]]
+
+    def forget(self, namespace: str) -> None:
+        """Drop what this process knows of a namespace's evidence (an operator's reset)."""
+        with self._lock:
+            for key in [k for k in self._evidence if k[0] == namespace]:
+                del self._evidence[key]
+            for key in [k for k in self._deltas if k[0] == namespace]:
+                del self._deltas[key]
+            if self._pending is not None:
+                kept = {key: counts for key, counts in self._pending.deltas.items() if key[0] != namespace}
+                self._pending = EvidenceBatch(self._pending.id, kept)
+            self._forget_lines(namespace, None)
 
     def estimate(self, namespace: str, language: str, rule: BudgetRule, pinned: bool = False) -> Estimate:
         line = self.line(namespace, language, rule)
@@ -275,13 +311,23 @@ class ErrorBudgets:
     def _learned_line(self, evidence: _Evidence, rule: BudgetRule) -> float:
         if evidence.labels_total < self.min_labels:
             return rule.prior
+        fit = _fit(evidence, rule)
+        lowest_label = next(i for i in range(BINS) if evidence.correct[i] + evidence.wrong[i])
+        # Never below the labels, nor further below the prior than its band: a namespace's own
+        # clients make its evidence, and must not talk its line down to nothing.
+        floor = max(bin_floor(lowest_label), rule.prior - LOWEST_LINE * (1.0 - rule.prior))
         certified = 1.0  # no line within budget: no semantic hits
-        for index, (rate, labels) in _lowering(evidence.traffic, _fit(evidence, rule)):
-            if _wilson(rate, labels, self._z)[1] <= rule.target_error:
+        for index, (rate, labels) in _lowering(evidence.traffic, fit):
+            if bin_floor(index) < floor - 1e-9:
+                break
+            # The hits at the line itself may not be much worse than the budget, however many
+            # easy hits above it dilute the average.
+            marginal = fit.rates[index] <= MARGINAL_FACTOR * rule.target_error
+            if marginal and _wilson(rate, labels, self._z)[1] <= rule.target_error:
                 certified = bin_floor(index)
         if certified <= rule.prior:
             return certified  # as low as the evidence vouches for, with confidence
-        rate, low, _ = self._wrong_share(evidence, rule, rule.prior)
+        _, low, _ = self._wrong_share(evidence, rule, rule.prior)
         if low <= rule.target_error:
             return rule.prior  # nothing shows that the prior breaks the budget
         return certified  # it does: up to a line the evidence vouches for, or none
@@ -293,8 +339,8 @@ class ErrorBudgets:
             first = 0
         elif bin_floor(first) < line - 1e-9:
             first += 1  # a line inside a bin (the prior) serves only the bins above it
-        if first >= BINS:
-            return 0.0, 0.0, 0.0
+        # A line of 1.0 serves nothing; its estimate is the top bin's, which shows why it is there.
+        first = min(first, BINS - 1)
         fit = _fit(evidence, rule)
         rate, labels = fit.rates[first], fit.weights[first]  # no traffic yet: the rate at the line
         for index, estimate in _lowering(evidence.traffic, fit):
@@ -346,13 +392,12 @@ def _lowering(traffic: list[int], fit: _Fit) -> list[tuple[int, tuple[float, flo
 
 async def share_evidence(budgets: ErrorBudgets, store: EvidenceStore) -> None:
     """Add this process's new evidence to the store's totals, then take up the totals: with Redis,
-    every replica's evidence. What the store could not take is kept for the next time."""
-    deltas = budgets.take_deltas()
-    try:
-        await store.add_evidence(deltas)
-    except BaseException:
-        budgets.give_back(deltas)
-        raise
+    every replica's evidence. A batch the store may not have taken (an error, a timeout, a
+    cancellation) is sent again next time under the same id, and the store counts it once."""
+    batch = budgets.pending_batch()
+    if batch is not None:
+        await store.add_evidence(batch.id, batch.deltas)
+        budgets.batch_stored(batch)
     budgets.load(await store.evidence())
 
 
@@ -367,7 +412,7 @@ def _fit(evidence: _Evidence, rule: BudgetRule) -> _Fit:
     lowest label up; the top stratum reaches to 1.0, so bins above every label share the rate of the
     labels below them, which bounds theirs (wrong answers grow rarer as similarity rises). The
     strata's rates are made non-increasing in similarity (pool adjacent violators). Below the lowest
-    label only the prior speaks, with the weight of one label."""
+    label only the prior speaks, bin by bin, with the weight of one label each."""
     labelled = [i for i in range(BINS) if evidence.wrong[i] + evidence.correct[i]]
     strata: list[tuple[int, int, int, int]] = []  # (first bin, end bin, wrong, labels), from the top
     if labelled:
@@ -390,10 +435,10 @@ def _fit(evidence: _Evidence, rule: BudgetRule) -> _Fit:
     end = labelled[0] if labelled else BINS
     means = [w / n for _, _, w, n in strata]
     weights = [float(n) for _, _, _, n in strata]
-    if end > 0:  # below every label
-        means.append(prior_error(min(bin_floor(end), rule.prior), rule))
+    for index in range(end - 1, -1, -1):  # below every label, each bin has the prior's rate for it
+        means.append(prior_error(min(bin_floor(index) + BIN_WIDTH / 2, rule.prior), rule))
         weights.append(_PRIOR_WEIGHT)
-        strata.append((0, end, 0, 0))
+        strata.append((index, index + 1, 0, 0))
     rates, weights_of, blocks = [0.0] * BINS, [0.0] * BINS, [0] * BINS
     # Pooled from the top down, a rate must not fall: reversed, it is the non-increasing fit.
     pooled = _pool_adjacent_violators(means[::-1], weights[::-1])

@@ -41,6 +41,9 @@ async def restore_index(
     previous = await store.get_meta(_MODEL_META_KEY)
     if previous not in (None, model):
         await _reembed_changed(store, embedder, EmbeddingRoutes.parse(previous))
+        # Cosines of another model mean something else: what the error budgets learned goes too.
+        await store.clear_evidence(None)
+        log.warning("embedding models changed: the error budgets start again from the threshold")
     await store.set_meta(_MODEL_META_KEY, model)
     loaded = await load_snapshot(index, snapshot_dir, model) is not None
     report = {"snapshot_loaded": float(loaded), **await reconcile_index(store, index)}

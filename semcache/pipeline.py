@@ -22,7 +22,7 @@ from .budget import ErrorBudgets
 from .coalescing import Flight, InFlight
 from .embedders import BatchingEmbedder, FollowUp
 from .entries import CacheEntry, NegativeFeedback
-from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamUnavailable
+from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamError, UpstreamUnavailable
 from .feedback import ServedHit, ServedHits
 from .index import ScopedVectorIndex
 from .instructions import find_answer_instruction
@@ -387,7 +387,26 @@ class Pipeline:
     # -- misses ------------------------------------------------------------------------------
 
     async def forward(self, lookup: Lookup, headers: dict[str, str]) -> dict[str, Any]:
-        """A non-streamed miss: follow an identical request in flight, or lead one upstream call."""
+        """A non-streamed miss: follow an identical request in flight, or lead one upstream call.
+        An explored would-be hit whose upstream call fails is served its cached answer after all."""
+        if not lookup.explored:
+            return await self._forward(lookup, headers)
+        try:
+            return await self._forward(lookup, headers)
+        except UpstreamError:
+            self._serve_probe(lookup)
+            return await self.hit_response(lookup)
+
+    def _serve_probe(self, lookup: Lookup) -> None:
+        """Make the explored candidate the lookup's hit: what it would have been unexplored."""
+        probe = lookup.probe
+        assert probe is not None
+        lookup.hit = Hit(tier="semantic", answer=probe.answer, matched_prompt=probe.prompt, entry_id=probe.entry_id,
+                         similarity=min(probe.similarity, 1.0))  # fmt: skip
+        lookup.probe = None
+        log.info("the upstream failed for an explored request; served its cached answer")
+
+    async def _forward(self, lookup: Lookup, headers: dict[str, str]) -> dict[str, Any]:
         semantic_tried = False
         for _ in range(_MAX_LEADS):
             key = lookup.answer_key
@@ -418,8 +437,26 @@ class Pipeline:
 
         The leader passes the upstream's chunks through as they come and stores the answer after a
         clean finish. If its client goes away, this generator is closed: the upstream call is
-        cancelled, nothing is stored, and its followers try again themselves.
+        cancelled, nothing is stored, and its followers try again themselves. An explored would-be
+        hit whose upstream call fails before its first chunk is served its cached answer after all.
         """
+        if not lookup.explored:
+            async for chunk in self._forward_stream(lookup, headers):
+                yield chunk
+            return
+        relayed = False
+        try:
+            async for chunk in self._forward_stream(lookup, headers):
+                relayed = True
+                yield chunk
+        except UpstreamError:
+            if relayed:
+                raise  # bytes are out: the client sees the failure
+            self._serve_probe(lookup)
+            async for chunk in self.hit_stream(lookup):
+                yield chunk
+
+    async def _forward_stream(self, lookup: Lookup, headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         semantic_tried = False
         for _ in range(_MAX_LEADS):
             key = lookup.answer_key

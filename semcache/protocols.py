@@ -90,12 +90,17 @@ class EvidenceStore(Protocol):
     """Where the error budgets' counters live (semcache.budget): added to, never overwritten, so
     that replicas sharing one store add up their evidence."""
 
-    async def add_evidence(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
-        """Add these counts, per (namespace, script), to the stored totals."""
+    async def add_evidence(self, batch_id: str, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+        """Add these counts, per (namespace, script), to the stored totals, once per ``batch_id``:
+        a batch sent again (after a timeout or a cancellation) adds nothing."""
         ...
 
     async def evidence(self) -> dict[tuple[str, str], dict[str, int]]:
         """The stored totals, per (namespace, script)."""
+        ...
+
+    async def clear_evidence(self, namespace: str | None) -> None:
+        """Drop a namespace's evidence, or every namespace's."""
         ...
 
 

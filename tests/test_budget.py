@@ -65,10 +65,10 @@ def test_traffic_whose_answers_stay_right_far_below_the_prior_gets_a_lower_line_
 
 def test_traffic_that_is_wrong_at_the_prior_raises_the_line_above_it() -> None:
     budgets = ErrorBudgets(rng=random.Random(3))
-    replay(budgets, midpoint=0.86, lookups=8000)  # look-alike questions: wrong well above 0.91
+    replay(budgets, midpoint=0.88, lookups=8000)  # look-alike questions: wrong well above 0.91
     line = budgets.line("ns", "latin", RULE)
     assert 0.91 < line < 1.0
-    assert served_error(0.86, line) <= 0.02
+    assert served_error(0.88, line) <= 0.02
     assert budgets.estimate("ns", "latin", RULE).hits_given_up > 0
 
 
@@ -92,15 +92,18 @@ def test_a_pinned_or_unlearned_rule_keeps_the_threshold_whatever_the_evidence() 
     assert budgets.estimate("ns", "latin", pinned, pinned=True).pinned
 
 
-def test_exploration_stays_within_its_share_of_requests() -> None:
+@pytest.mark.parametrize("idle_requests", [0, 100_000])  # an idle namespace saves up no burst
+def test_exploration_stays_within_its_share_of_requests(idle_requests: int) -> None:
     budgets = ErrorBudgets(explore_share=0.05, rng=random.Random(6))
+    for _ in range(idle_requests):  # a long time before it learns
+        budgets.note_request("ns")
     for _ in range(60):
         budgets.label("ns", "latin", 0.95, True, "near_miss")
     explored = 0
     for _ in range(2000):
         budgets.note_request("ns")
         explored += budgets.should_explore("ns", "latin", RULE)
-    assert 0 < explored <= 0.05 * 2000
+    assert 0 < explored <= 0.05 * 2000 + 2  # at most two saved up
 
 
 def test_evidence_outside_the_bins_is_ignored() -> None:
@@ -157,7 +160,7 @@ async def test_replicas_on_one_redis_add_up_their_evidence(redis_server: RedisSe
 
 async def test_evidence_the_store_cannot_take_is_kept_for_the_next_time(tmp_path: Path) -> None:
     class Refusing:
-        async def add_evidence(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+        async def add_evidence(self, batch_id: str, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
             raise OSError("disk full")
 
         async def evidence(self) -> dict[tuple[str, str], dict[str, int]]:
@@ -167,11 +170,30 @@ async def test_evidence_the_store_cannot_take_is_kept_for_the_next_time(tmp_path
     budgets.label("ns", "latin", 0.9, True, "near_miss")
     with pytest.raises(OSError):
         await share_evidence(budgets, Refusing())
+    assert budgets.estimate("ns", "latin", RULE).labels_total == 1  # still counted here
     store = SQLiteStore(tmp_path / "entries.sqlite3")
     await store.open()
     await share_evidence(budgets, store)
     assert (await store.evidence())[("ns", "latin")]["src:near_miss"] == 1
     await store.close()
+
+
+async def test_a_batch_sent_twice_counts_once_in_sqlite_and_in_redis(tmp_path: Path, redis_server: RedisServer) -> None:
+    sqlite = SQLiteStore(tmp_path / "entries.sqlite3")
+    await sqlite.open()
+    redis = RedisStore(redis_server.url, prefix="budget-twice")
+    for store in (sqlite, redis):
+        budgets = ErrorBudgets()
+        for _ in range(10):
+            budgets.label("ns", "latin", 0.9, True, "near_miss")
+        batch = budgets.pending_batch()
+        assert batch is not None
+        await store.add_evidence(batch.id, batch.deltas)  # it landed, but the caller never heard back
+        await share_evidence(budgets, store)  # so it is sent again, under the same id
+        assert (await store.evidence())[("ns", "latin")]["src:near_miss"] == 10
+        assert budgets.estimate("ns", "latin", RULE).labels_total == 10
+    await sqlite.close()
+    await redis.close()
 
 
 def test_client_chosen_namespaces_cannot_grow_the_budgets_without_bound(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,4 +204,50 @@ def test_client_chosen_namespaces_cannot_grow_the_budgets_without_bound(monkeypa
         budgets.label(f"ns{number}", "latin", 0.9, True, "near_miss")
     assert len(budgets.keys()) == 3
     assert budgets.estimate("ns9", "latin", RULE).labels_total == 0  # it keeps the prior
-    assert len(budgets.take_deltas()) == 3
+    batch = budgets.pending_batch()
+    assert batch is not None and len(batch.deltas) == 3
+
+
+def test_the_line_never_goes_below_the_labels_nor_far_below_the_prior() -> None:
+    budgets = ErrorBudgets(rng=random.Random(8))
+    for _ in range(150):
+        budgets.label("ns", "latin", 0.93, True, "near_miss")
+    for step in range(400):
+        budgets.candidate_seen("ns", "latin", 0.93 + 0.0001 * step, RULE, 0.91)
+    assert budgets.line("ns", "latin", RULE) == 0.91  # nothing vouches for what lies below the labels
+    rng = random.Random(9)
+    for _ in range(5000):  # right answers all the way down: the line stops at its floor
+        similarity = rng.uniform(0.4, 0.93)
+        budgets.candidate_seen("ns", "latin", similarity, RULE, 0.91)
+        budgets.label("ns", "latin", similarity, True, "near_miss")
+    assert budgets.line("ns", "latin", RULE) == pytest.approx(0.91 - 3 * 0.09, abs=0.005)
+
+
+def test_easy_hits_above_do_not_excuse_bad_ones_at_the_line() -> None:
+    budgets = ErrorBudgets(rng=random.Random(10))
+    for _ in range(70):
+        budgets.label("ns", "latin", 0.82, False, "near_miss")
+    for _ in range(160):
+        budgets.label("ns", "latin", 0.82, True, "near_miss")
+    for _ in range(400):
+        budgets.label("ns", "latin", 0.99, True, "explored")
+    for _ in range(20_000):
+        budgets.candidate_seen("ns", "latin", 0.99, RULE, 0.91)
+    for _ in range(200):
+        budgets.candidate_seen("ns", "latin", 0.82, RULE, 0.91)
+    assert budgets.line("ns", "latin", RULE) > 0.82
+
+
+async def test_an_operator_can_forget_one_namespaces_evidence(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "entries.sqlite3")
+    await store.open()
+    budgets = ErrorBudgets()
+    for namespace in ("kept", "reset"):
+        budgets.label(namespace, "latin", 0.9, True, "near_miss")
+    await share_evidence(budgets, store)
+    budgets.forget("reset")
+    await store.clear_evidence("reset")
+    await share_evidence(budgets, store)
+    assert budgets.keys() == [("kept", "latin")]
+    assert set(await store.evidence()) == {("kept", "latin")}
+    await store.close()

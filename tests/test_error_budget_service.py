@@ -129,6 +129,12 @@ def test_an_operators_threshold_and_target_per_namespace_win_over_learning(
     bad = httpx.put(f"{url}/admin/namespaces/help/config", json={"target_error": 0.9})
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
 
+    reset = httpx.delete(f"{url}/admin/namespaces/help/quality")  # an operator forgets what it learned
+    assert reset.status_code == 200
+    assert reset.json()["scripts"][0]["labels_total"] == 0
+    time.sleep(0.5)  # past a sweep: the store forgot it too
+    assert quality(url, "help")["labels_total"] == 0
+
 
 def test_what_was_learned_survives_a_restart(tmp_path: Path, upstream: StandinUpstream) -> None:
     upstream.state.answers.update({QUESTION: ANSWER, NEAR: ANSWER})
@@ -140,3 +146,24 @@ def test_what_was_learned_survives_a_restart(tmp_path: Path, upstream: StandinUp
     with SemcacheProcess(data_dir=data, upstream_url=upstream.base_url) as service:
         budget = quality(service.url)
         assert budget["labels"]["near_miss"] == 1 and budget["traffic"] >= 1
+
+
+def test_an_explored_request_whose_upstream_fails_is_served_its_cached_answer(
+    serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    url = serve(learn_min_labels=1, explore_share=0.1, upstream_max_attempts=1)
+    client = make_client(url)
+    upstream.state.answers.update({QUESTION: ANSWER, NEAR: ANSWER})
+    ask(client, QUESTION)
+    ask(client, NEAR)
+    quality(url, labels=1)
+    upstream.set_fault(status=503, times=1000)  # the upstream is down from here on
+    outcomes = []
+    for spelling in spellings(QUESTION)[1:41]:
+        answer, headers = ask(client, spelling)  # never an error: each would have been a hit
+        assert answer == ANSWER
+        outcomes.append((headers["x-semcache"], headers.get("x-semcache-tier"), headers.get("x-semcache-explored")))
+    assert {outcome for outcome, _, _ in outcomes} == {"hit"}
+    assert ("hit", "semantic", None) in outcomes and not any(explored for _, _, explored in outcomes)
+    decisions = httpx.get(f"{url}/admin/decisions", params={"limit": 100}).json()["data"]
+    assert any(d["explored"] for d in decisions)  # some were explored, and the upstream failed them

@@ -210,6 +210,18 @@ async def namespace_quality(namespace: str, request: Request) -> dict[str, Any]:
     return {"namespace": namespace, "scripts": pipeline.semantic.quality(namespace)}
 
 
+@admin_router.delete(
+    "/namespaces/{namespace}/quality",
+    summary="Forget a namespace's evidence: its line goes back to the threshold until it has learned again",
+)
+async def reset_namespace_quality(namespace: str, request: Request) -> dict[str, Any]:
+    pipeline, evidence = pipeline_of(request), request.app.state.semcache.evidence_store
+    validate_namespace(namespace)
+    pipeline.budgets.forget(namespace)
+    await evidence.clear_evidence(namespace)
+    return {"namespace": namespace, "scripts": pipeline.semantic.quality(namespace)}
+
+
 @admin_router.get("/decisions", summary="Recent semantic lookups: query, best candidate, similarity, guards, decision")
 async def decisions(
     request: Request,

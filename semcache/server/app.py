@@ -62,6 +62,7 @@ class AppState:
     maintenance: Maintenance | None = None
     rate_limiter: RateLimiter | None = None
     replica: Replica | None = None  # with --store redis
+    evidence_store: EvidenceStore | None = None  # where the error budgets' evidence is kept
     load_error: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -287,7 +288,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             evidence_store=evidence_store,
         )
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
-        state.pipeline = pipeline
+        state.pipeline, state.evidence_store = pipeline, evidence_store
         cleanup.pop_all()  # from here on, _shutdown closes them
         log.info("semcache is ready: %d entries", len(index))
     except asyncio.CancelledError:

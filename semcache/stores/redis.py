@@ -17,6 +17,7 @@ tag ``{P}``, so one cache lives in one Redis Cluster slot and the Lua scripts ma
     {P}:ns_config         hash    namespace -> its policy overrides (JSON)
     {P}:evidence:<l>:<ns> hash    the error budget's counters of a namespace and script (HINCRBY)
     {P}:evidence_keys     set     "<l>:<ns>" of every evidence hash
+    {P}:evidence_batch:<id> string  a batch of evidence already added (7 days): resent, it counts once
     {P}:templates         string  the curated templates (JSON)
     {P}:stats             hash    request counters of every replica together
     {P}:feed              stream  put / del / neg / cfg / templates events, trimmed to about
@@ -210,6 +211,20 @@ return 1
 """
 
 
+# Adds one batch of the error budgets' evidence, once: a batch resent after a timeout (it may have
+# landed) finds its id taken and adds nothing. ARGV: prefix, batch id, then language, namespace,
+# counter name and count, four by four.
+_LUA_EVIDENCE = """
+local P = ARGV[1]
+if not redis.call('SET', P .. ':evidence_batch:' .. ARGV[2], '1', 'NX', 'EX', 604800) then return 0 end
+for i = 3, #ARGV, 4 do
+  redis.call('SADD', P .. ':evidence_keys', ARGV[i] .. ':' .. ARGV[i + 1])
+  redis.call('HINCRBY', P .. ':evidence:' .. ARGV[i] .. ':' .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+end
+return 1
+"""
+
+
 @dataclass(frozen=True)
 class FeedEvent:
     """One change to the shared cache, in feed order. ``offset`` is its stream id."""
@@ -262,6 +277,7 @@ class RedisStore:
         self._get_exact = self._redis.register_script(_LUA_GET_EXACT)
         self._negative = self._redis.register_script(_LUA_NEGATIVE)
         self._list = self._redis.register_script(_LUA_LIST)
+        self._evidence = self._redis.register_script(_LUA_EVIDENCE)
 
     def key(self, *parts: object) -> str:
         return ":".join([self.prefix, *map(str, parts)])
@@ -490,26 +506,39 @@ class RedisStore:
 
     # -- error budgets ---------------------------------------------------------------------------
 
-    async def add_evidence(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
-        async def write() -> None:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                for (namespace, language), counts in deltas.items():
-                    pipe.sadd(self.key("evidence_keys"), f"{language}:{namespace}")
-                    for name, count in counts.items():
-                        pipe.hincrby(self.key("evidence", language, namespace), name, count)
-                await pipe.execute()
+    async def add_evidence(self, batch_id: str, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+        args: list[Any] = [self.prefix, batch_id]
+        for (namespace, language), counts in deltas.items():
+            for name, count in counts.items():
+                args += [language, namespace, name, count]
+        if len(args) > 2:
+            await self._call(lambda: self._evidence(args=args))
 
-        if deltas:
-            await self._call(write)
+    async def clear_evidence(self, namespace: str | None) -> None:
+        async def write() -> None:
+            members = [m.decode() for m in await self._redis.smembers(self.key("evidence_keys"))]
+            dropped = [m for m in members if namespace is None or m.partition(":")[2] == namespace]
+            if dropped:
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    for member in dropped:
+                        language, _, name = member.partition(":")
+                        pipe.delete(self.key("evidence", language, name))
+                    pipe.srem(self.key("evidence_keys"), *dropped)
+                    await pipe.execute()
+
+        await self._call(write)
 
     async def evidence(self) -> dict[tuple[str, str], dict[str, int]]:
         async def read() -> dict[tuple[str, str], dict[str, int]]:
-            totals: dict[tuple[str, str], dict[str, int]] = {}
-            for member in await self._redis.smembers(self.key("evidence_keys")):
-                language, _, namespace = member.decode().partition(":")
-                counts = await self._redis.hgetall(self.key("evidence", language, namespace))
-                totals[(namespace, language)] = {name.decode(): int(count) for name, count in counts.items()}
-            return totals
+            members = [m.decode().partition(":") for m in await self._redis.smembers(self.key("evidence_keys"))]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for language, _, namespace in members:
+                    pipe.hgetall(self.key("evidence", language, namespace))
+                found = await pipe.execute()
+            return {
+                (namespace, language): {name.decode(): int(count) for name, count in counts.items()}
+                for (language, _, namespace), counts in zip(members, found, strict=True)
+            }
 
         return await self._call(read)
 

@@ -29,6 +29,8 @@ from ..errors import StoreUnavailable
 
 T = TypeVar("T")
 
+# How long the ids of added evidence batches are kept: far longer than any resend waits.
+_EVIDENCE_BATCHES_KEPT_S = 7 * 24 * 3600
 _COLUMNS = (
     "id, namespace, scope, exact_key, model, prompt, answer, created_at, expires_at, last_access, hits, vector, "
     "min_similarity, tool_calls"
@@ -92,6 +94,8 @@ def _m005_evidence(db: sqlite3.Connection) -> None:
             PRIMARY KEY (namespace, language, name)
         )"""
     )
+    # Batches already added: a batch resent (its first write may have landed) counts once.
+    db.execute("CREATE TABLE evidence_batches (id TEXT PRIMARY KEY, added_at REAL NOT NULL)")
 
 
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
@@ -478,11 +482,16 @@ class SQLiteStore:
 
         await self._call(write)
 
-    async def add_evidence(self, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
+    async def add_evidence(self, batch_id: str, deltas: dict[tuple[str, str], dict[str, int]]) -> None:
         rows = [(*key, name, count) for key, counts in deltas.items() for name, count in counts.items()]
 
         def write() -> None:
+            now = time.time()
             with self._writing():
+                self.db.execute("DELETE FROM evidence_batches WHERE added_at < ?", (now - _EVIDENCE_BATCHES_KEPT_S,))
+                added = self.db.execute("INSERT OR IGNORE INTO evidence_batches VALUES (?, ?)", (batch_id, now))
+                if added.rowcount == 0:
+                    return  # this batch landed before
                 self.db.executemany(
                     "INSERT INTO evidence VALUES (?, ?, ?, ?) ON CONFLICT (namespace, language, name) "
                     "DO UPDATE SET count = count + excluded.count",
@@ -491,6 +500,16 @@ class SQLiteStore:
 
         if rows:
             await self._call(write)
+
+    async def clear_evidence(self, namespace: str | None) -> None:
+        def write() -> None:
+            with self._writing():
+                if namespace is None:
+                    self.db.execute("DELETE FROM evidence")
+                else:
+                    self.db.execute("DELETE FROM evidence WHERE namespace = ?", (namespace,))
+
+        await self._call(write)
 
     async def evidence(self) -> dict[tuple[str, str], dict[str, int]]:
         query = "SELECT namespace, language, name, count FROM evidence"

@@ -116,16 +116,15 @@ class SemanticTier:
     def quality(self, namespace: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """The error budget of each namespace and script with evidence (of ``namespace`` alone, its
         Latin-script budget at least), the busiest first: for /stats, /metrics and /admin."""
-        keys = self.budgets.keys()
-        if namespace is not None:
-            keys = [k for k in keys if k[0] == namespace] or [(namespace, "latin")]
+        keys = self.budgets.keys(namespace, limit)
+        if namespace is not None and not keys:
+            keys = [(namespace, "latin")]
         estimates = []
         for name, language in keys:
             rule = self.rule(name, language)
             estimate = self.budgets.estimate(name, language, rule, pinned=self.policies.pinned(name, language))
             estimates.append({"namespace": name, "language": language, **estimate.as_dict()})
-        estimates.sort(key=lambda e: -int(e["traffic"]))
-        return estimates[:limit]
+        return estimates
 
     async def lookup(
         self, key: RequestKey, vector: np.ndarray, now: float, candidates: list[tuple[int, float]] | None = None
