@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -104,6 +105,28 @@ class EvidenceStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class RelayRequest:
+    """A request semcache passes on untouched: the path below ``/v1``, query, body and its type."""
+
+    method: str
+    path: str  # e.g. "/moderations"; checked by the route to stay below /v1
+    query: str
+    body: bytes
+    content_type: str | None
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """The upstream's answer to a relayed request: status, the headers worth passing on, and the
+    body as it arrives; ``close`` ends it (also when the client goes away)."""
+
+    status: int
+    headers: dict[str, str]
+    body: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]]
+
+
 class Upstream(Protocol):
     """An OpenAI-compatible model. Errors surface as ``semcache.errors.UpstreamError``."""
 
@@ -117,5 +140,10 @@ class Upstream(Protocol):
         ...
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]: ...
+
+    async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
+        """Pass any other request on as it is and hand back the answer as it comes: the ``/v1``
+        routes semcache does not cache. An HTTP error is raised as a scrubbed ``UpstreamStatusError``."""
+        ...
 
     async def close(self) -> None: ...

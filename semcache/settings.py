@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,6 +38,10 @@ DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "roles", "literals")
 # Per prompt script, for the multilingual model those scripts use (docs/hit-quality.md, Chinese):
 # multilingual-e5-small packs its cosines into 0.8-1.0.
 DEFAULT_LANGUAGE_THRESHOLDS = {"han": 0.987, "other": 0.987}
+# /v1 routes passed on to the upstream as they are: stateless inference by default. Account routes
+# act on whoever's key goes upstream, the operator's too with upstream_api_key.
+DEFAULT_PASSTHROUGH_ROUTES = ("models", "moderations", "audio", "images")
+ACCOUNT_ROUTES = ("files", "uploads", "batches", "fine_tuning", "assistants", "threads", "vector_stores")
 # The longest lifetime an entry may be given, by the ttl setting or a request's X-Semcache-TTL:
 # ten years, far inside what every store can count in milliseconds.
 MAX_TTL_S = 315_360_000
@@ -147,6 +152,13 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest non-streamed upstream answer relayed, in bytes; a larger one is a 502 that says so. "
         "Streams are relayed chunk by chunk whatever their length.",
+    )
+    passthrough_routes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_PASSTHROUGH_ROUTES),
+        description="The /v1 routes besides chat completions passed on to the upstream untouched and never "
+        "cached (comma-separated): by default the stateless inference routes. Account routes ("
+        + ", ".join(ACCOUNT_ROUTES)
+        + ") would act on the operator's account with upstream_api_key set: add them only knowingly.",
     )
     max_answer_bytes: int = Field(
         1_000_000,
@@ -344,7 +356,7 @@ class Settings(BaseSettings):
         100, ge=1, description="Namespaces that get their own /metrics series; the rest share '(other)'."
     )
 
-    @field_validator("guards", mode="before")
+    @field_validator("guards", "passthrough_routes", mode="before")
     @classmethod
     def _split_guards(cls, value: object) -> object:
         if isinstance(value, str):
@@ -355,6 +367,14 @@ class Settings(BaseSettings):
     @classmethod
     def _known_guards(cls, value: list[str]) -> list[str]:
         return validate_guards(value)
+
+    @field_validator("passthrough_routes")
+    @classmethod
+    def _route_names(cls, value: list[str]) -> list[str]:
+        for route in value:
+            if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", route) or route in ("chat", "semcache"):
+                raise ValueError(f"{route!r} is not a /v1 route semcache can pass on (e.g. 'moderations')")
+        return value
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

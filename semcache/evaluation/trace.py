@@ -22,7 +22,7 @@ from ..embedders import BatchingEmbedder
 from ..index import ScopedVectorIndex
 from ..judges import EmbeddingJudge, JudgeCase
 from ..pipeline import Pipeline, RequestControls
-from ..protocols import Verifier
+from ..protocols import Relayed, RelayRequest, Verifier
 from ..quality import DecisionLog, NamespacePolicies, QualityPolicy
 from ..stores import SQLiteStore
 from ..tiers import TemplateTier
@@ -100,6 +100,9 @@ class ClusterUpstream:
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         return {"object": "list", "data": []}
+
+    async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
+        raise NotImplementedError("the trace replay asks chat completions only")
 
     async def close(self) -> None:
         return None

@@ -26,7 +26,7 @@ from ..pipeline import Pipeline
 from ..protocols import Embedder, EvidenceStore, Store, Upstream
 from ..quality import DecisionLog, NamespacePolicies, default_policy
 from ..replication import Replica
-from ..settings import Settings
+from ..settings import ACCOUNT_ROUTES, Settings
 from ..stats import Stats
 from ..stores import SQLiteStore
 from ..stores.redis import RedisStore
@@ -43,6 +43,7 @@ from .errors import ERROR_RESPONSES, install_error_handlers
 from .fastpath import DirectRoute
 from .limits import BodySizeLimit
 from .monitoring import RequestTimer, monitoring_router
+from .passthrough import passthrough_router
 from .request_context import RequestContext
 from .routes import CHAT_PATH, chat_completions, chat_router, router
 
@@ -121,6 +122,11 @@ def create_app(
     app.include_router(admin_router)
     app.include_router(entries_router)
     app.include_router(monitoring_router)
+    app.include_router(passthrough_router)  # last: every /v1 path the routes above do not claim
+    account = sorted(set(settings.passthrough_routes) & set(ACCOUNT_ROUTES))
+    if account and settings.upstream_api_key:
+        log.warning("passthrough_routes lets every client use %s on the operator's upstream account "
+                    "(SEMCACHE_UPSTREAM_API_KEY)", ", ".join(account))  # fmt: skip
     return app
 
 

@@ -44,6 +44,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from .servers import ThreadedUvicorn
 
 MODEL_ID = "standin-model"
+# What POST /v1/audio/speech answers: bytes no text decoder would take for a string.
+SPEECH_BYTES = bytes(range(256)) * 4
 CHAT_PATH = "/v1/chat/completions"
 HANG_SECONDS = 3600.0
 GARBAGE_SSE_EVENT = b"data: {not json\n\n"
@@ -652,6 +654,41 @@ def create_standin_app(state: StandinState) -> FastAPI:
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "standin"}]}
+
+    @app.post("/v1/moderations")
+    async def moderations(request: Request) -> Response:
+        body = await _read_json(request)
+        _record(state, request, body)
+        fault = state.take_fault("")
+        if fault is not None and fault.sends_error_status is not None:
+            return _error_response(fault.sends_error_status, _fault_message(fault, request, "moderation"))
+        inputs = body.get("input") if isinstance(body, dict) else None
+        texts = inputs if isinstance(inputs, list) else [inputs]
+        results = [
+            {"flagged": "attack" in str(text).lower(), "categories": {}, "category_scores": {}} for text in texts
+        ]
+        return JSONResponse({"id": f"modr-{uuid.uuid4().hex[:12]}", "model": "omni-moderation-latest",
+                             "results": results})  # fmt: skip
+
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request) -> Response:
+        body = await _read_json(request)
+        _record(state, request, body)
+
+        async def audio() -> AsyncIterator[bytes]:
+            for piece in range(4):  # in pieces, as a real one streams it
+                yield SPEECH_BYTES[piece * 256 : (piece + 1) * 256]
+
+        return StreamingResponse(audio(), media_type="audio/mpeg")
+
+    @app.get("/v1/files")
+    async def list_files(request: Request) -> dict[str, Any]:
+        _record(state, request, None)
+        return {
+            "object": "list",
+            "has_more": False,
+            "data": [{"id": "file-standin", "object": "file", "purpose": "batch"}],
+        }
 
     @app.post("/_control")
     async def set_control(request: Request) -> Response:

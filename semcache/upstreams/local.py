@@ -49,7 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import InvalidRequest, UpstreamError, UpstreamUnavailable
+from ..errors import InvalidRequest, NotFound, UpstreamError, UpstreamUnavailable
+from ..protocols import Relayed, RelayRequest
 from ..wire import chat_chunk, chat_completion, completion_id, usage_chunk
 
 if TYPE_CHECKING:
@@ -223,6 +224,9 @@ class LocalUpstream:
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "local"}]}
+
+    async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
+        raise NotFound(f"the local backend answers chat completions only, not /v1{request.path}", code="unknown_route")
 
     async def close(self) -> None:
         """Stop taking requests, fail the ones not finished, and wait for the model thread to go idle."""

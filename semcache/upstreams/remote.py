@@ -12,9 +12,13 @@ from pydantic_core import from_json
 
 from ..errors import UpstreamAnswerTooLarge, UpstreamError, UpstreamStatusError, UpstreamUnavailable
 from ..logs import REQUEST_ID_HEADER, Redactor, current_request_id
+from ..protocols import Relayed, RelayRequest
 
 # Headers from the client that are safe and useful to pass on, when the client's own key is.
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
+# Headers of a relayed answer passed back to the client; the body comes decoded, so no encoding or
+# length of the upstream's, and none of its cookies.
+_RELAYED_HEADERS = ("content-type", "content-disposition", "openai-processing-ms", "x-request-id")
 # Where SSE lines end (CRLF, LF or CR, and nothing else), and the longest line kept while it arrives.
 _SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
 MAX_SSE_LINE_BYTES = 8 * 1024 * 1024
@@ -101,6 +105,25 @@ class RemoteUpstream:
         if not isinstance(models, dict):
             raise UpstreamUnavailable("the upstream sent a model list that is not a JSON object")
         return models
+
+    async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
+        outgoing = self._headers(headers)
+        if request.content_type:
+            outgoing["Content-Type"] = request.content_type
+        upstream_request = self._client.build_request(
+            request.method, request.path, params=request.query or None, content=request.body, headers=outgoing
+        )
+        response = await self._open(upstream_request)
+        passed_on = {name: value for name, value in response.headers.items() if name.lower() in _RELAYED_HEADERS}
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for piece in response.aiter_bytes():
+                    yield piece
+            except httpx.HTTPError as exc:
+                raise _unavailable(exc, upstream_request) from exc
+
+        return Relayed(response.status_code, passed_on, body(), response.aclose)
 
     async def _open(self, request: httpx.Request) -> httpx.Response:
         """The upstream's response, its body not read yet; an HTTP error status is raised as a

@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from ..errors import SemcacheError, UpstreamAnswerTooLarge, UpstreamError, UpstreamUnavailable
 from ..observer import NullObserver, Observer
-from ..protocols import Upstream
+from ..protocols import Relayed, RelayRequest, Upstream
 
 log = logging.getLogger("semcache.upstream")
 T = TypeVar("T")
@@ -191,6 +191,29 @@ class ResilientUpstream:
             await _close(chunks)
             raise
         return chunks, first
+
+    async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
+        """Relayed once, never retried (it may act: an upload, a deletion), within the total timeout
+        until the answer starts; the breaker learns from it as from any call."""
+        async with self.limit.slot():
+            return await self._deadline(self._relay_once(request, headers))
+
+    async def _relay_once(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
+        self.breaker.before_call()
+        try:
+            relayed = await self.inner.relay(request, headers)
+        except UpstreamError as exc:
+            self._count_error(exc)
+            if _upstream_fault(exc):
+                self.breaker.record_failure()
+            else:
+                self.breaker.record_success()
+            raise
+        except BaseException:
+            self.breaker.release_probe()
+            raise
+        self.breaker.record_success()
+        return relayed
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         return await self._with_retries(lambda: self.inner.list_models(headers))

@@ -1,0 +1,68 @@
+"""The other ``/v1`` routes: passed on to the upstream untouched, answered as they come, never cached.
+
+Only the routes in ``passthrough_routes`` are: by default the stateless inference routes (models,
+moderations, audio, images). Account routes (files, batches, fine-tuning, assistants, vector stores)
+act on whoever's key goes upstream, the operator's with ``upstream_api_key``, so they pass only when
+an operator lists them. Each relayed request takes the same auth, namespace and rate limit as chat,
+and its errors come back scrubbed of secrets, as chat's do.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
+
+from ..errors import NotFound, NotReady
+from ..protocols import RelayRequest
+from .routes import namespace_of
+
+passthrough_router = APIRouter(tags=["pass-through"])
+
+# A path below /v1 that stays there: segments of plain characters, never "." or "..".
+_SEGMENT = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-:=]*")
+
+
+async def passthrough(path: str, request: Request) -> Any:
+    state = request.app.state.semcache
+    segments = path.split("/")
+    if not all(_SEGMENT.fullmatch(segment) and segment not in (".", "..") for segment in segments):
+        raise NotFound(f"no route /v1/{path}", code="unknown_route")
+    if segments[0] not in state.settings.passthrough_routes:
+        raise NotFound(
+            f"semcache does not serve or pass on /v1/{segments[0]}; an operator can add it to passthrough_routes",
+            code="unknown_route",
+        )
+    namespace = namespace_of(request)  # with API keys configured, only their holders may pass
+    if state.rate_limiter is not None:
+        state.rate_limiter.admit(state.access.rate_limit_key(request.headers.get("authorization"), namespace))
+    upstream = state.upstream
+    if upstream is None:
+        raise NotReady("the local model is still loading", headers={"Retry-After": "5"})
+    relay = RelayRequest(
+        method=request.method,
+        path=f"/{path}",
+        query=request.url.query,
+        body=await request.body(),
+        content_type=request.headers.get("content-type"),
+    )
+    relayed = await upstream.relay(relay, dict(request.headers))
+    return StreamingResponse(
+        relayed.body,
+        status_code=relayed.status,
+        headers={**relayed.headers, "X-Semcache": "bypass"},
+        background=BackgroundTask(relayed.close),
+    )
+
+
+for _method in ("GET", "POST", "PUT", "PATCH", "DELETE"):  # one operation each, for the OpenAPI schema
+    passthrough_router.add_api_route(
+        "/v1/{path:path}",
+        passthrough,
+        methods=[_method],
+        operation_id=f"passthrough_{_method.lower()}",
+        summary="Any other /v1 route in passthrough_routes, passed on to the upstream (never cached)",
+    )
