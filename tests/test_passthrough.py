@@ -31,6 +31,21 @@ def test_moderations_and_speech_pass_through_the_openai_sdk_and_are_never_cached
     assert upstream.calls[0]["headers"]["authorization"] == "Bearer sk-test"  # the client's key, as on chat
 
 
+def test_embeddings_and_legacy_completions_pass_through_uncached_for_now(
+    serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    client = make_client(serve())
+    vectors = client.embeddings.create(model="text-embedding-3-small", input=["a chunk", "another chunk"])
+    assert [item.index for item in vectors.data] == [0, 1] and len(vectors.data[0].embedding) == 8
+    again = client.embeddings.create(model="text-embedding-3-small", input=["a chunk", "another chunk"])
+    assert again.data[0].embedding == vectors.data[0].embedding  # the SDK's base64, decoded alike
+    assert abs(sum(v * v for v in vectors.data[0].embedding) - 1.0) < 1e-5
+    assert upstream.calls[0]["json"]["encoding_format"] == "base64"  # relayed as the SDK sent it
+    completion = client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Say hi")
+    assert completion.choices[0].text == "Completion of: Say hi"
+    assert [call["path"] for call in upstream.calls] == ["/v1/embeddings", "/v1/embeddings", "/v1/completions"]
+
+
 def test_account_routes_pass_only_when_an_operator_lists_them(
     serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
 ) -> None:

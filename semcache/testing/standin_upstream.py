@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import re
+import struct
 import threading
 import time
 import uuid
@@ -259,6 +261,15 @@ def last_user_text(messages: Any) -> str:
 def rough_tokens(text: str) -> int:
     """A rough token count (about four characters per token)."""
     return (len(text) + 3) // 4
+
+
+def _standin_vector(text: str, as_base64: bool, dimension: int = 8) -> list[float] | str:
+    """A deterministic unit vector for ``text`` (the same on every call), as floats or as OpenAI's
+    base64 of little-endian float32."""
+    values = [((zlib.crc32(f"{n}:{text}".encode()) % 2001) - 1000) / 1000 for n in range(dimension)]
+    norm = sum(v * v for v in values) ** 0.5 or 1.0
+    unit = [v / norm for v in values]
+    return base64.b64encode(struct.pack(f"<{dimension}f", *unit)).decode() if as_base64 else unit
 
 
 def huge_answer(size: int) -> str:
@@ -669,6 +680,30 @@ def create_standin_app(state: StandinState) -> FastAPI:
         ]
         return JSONResponse({"id": f"modr-{uuid.uuid4().hex[:12]}", "model": "omni-moderation-latest",
                              "results": results})  # fmt: skip
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        body = await _read_json(request)
+        _record(state, request, body)
+        inputs = body.get("input") if isinstance(body, dict) else None
+        texts = inputs if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else [inputs]
+        as_base64 = isinstance(body, dict) and body.get("encoding_format") == "base64"  # the openai SDK's default
+        data = [{"object": "embedding", "index": n, "embedding": _standin_vector(str(text), as_base64)}
+                for n, text in enumerate(texts)]  # fmt: skip
+        tokens = sum(rough_tokens(str(text)) for text in texts)
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model", MODEL_ID),
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = await _read_json(request)
+        _record(state, request, body)
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion", "created": 0,
+                             "model": body.get("model", MODEL_ID),
+                             "choices": [{"index": 0, "text": f"Completion of: {prompt}", "finish_reason": "stop",
+                                          "logprobs": None}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})  # fmt: skip
 
     @app.post("/v1/audio/speech")
     async def speech(request: Request) -> Response:
