@@ -190,7 +190,8 @@ class ErrorBudgets:
 
     def should_explore(self, namespace: str, language: str, rule: BudgetRule) -> bool:
         """Whether to answer this would-be hit from the upstream instead, to label it: only once the
-        line is learned, by chance, and within ``explore_share`` of this namespace's requests."""
+        line is learned, by chance, and within ``explore_share`` of this namespace's requests.
+        Each yes is counted as explored."""
         if not rule.learn or self.explore_share <= 0:
             return False
         with self._lock:
@@ -200,7 +201,8 @@ class ErrorBudgets:
             if self._allowance.get(namespace, 0.0) < 1.0 or self._rng.random() >= _EXPLORE_CHANCE:
                 return False
             self._allowance[namespace] -= 1.0
-            return True
+        self._add(namespace, language, {"n:explored": 1})
+        return True
 
     # -- evidence ----------------------------------------------------------------------------------
 
@@ -212,9 +214,6 @@ class ErrorBudgets:
         if rule.prior <= similarity < line:
             counts["n:given_up"] = 1
         self._add(namespace, language, counts)
-
-    def explored(self, namespace: str, language: str) -> None:
-        self._add(namespace, language, {"n:explored": 1})
 
     def label(self, namespace: str, language: str, similarity: float, correct: bool, source: LabelSource) -> None:
         """Whether the candidate at ``similarity`` would have been a right answer."""
@@ -295,7 +294,7 @@ class ErrorBudgets:
         line = self.line(namespace, language, rule)
         with self._lock:
             evidence = self._evidence.get((namespace, language)) or _Evidence()
-            rate, low, high = self._wrong_share(evidence, rule, line)
+            rate, low, high = self._wrong_share(evidence, _fit(evidence, rule), line)
             labels: dict[str, int] = {source: evidence.counters[f"src:{source}"] for source in LABEL_SOURCES}
             return Estimate(
                 line=round(line, 4), prior=rule.prior, learning=rule.learn and evidence.labels_total >= self.min_labels,
@@ -327,12 +326,12 @@ class ErrorBudgets:
                 certified = bin_floor(index)
         if certified <= rule.prior:
             return certified  # as low as the evidence vouches for, with confidence
-        _, low, _ = self._wrong_share(evidence, rule, rule.prior)
+        _, low, _ = self._wrong_share(evidence, fit, rule.prior)
         if low <= rule.target_error:
             return rule.prior  # nothing shows that the prior breaks the budget
         return certified  # it does: up to a line the evidence vouches for, or none
 
-    def _wrong_share(self, evidence: _Evidence, rule: BudgetRule, line: float) -> tuple[float, float, float]:
+    def _wrong_share(self, evidence: _Evidence, fit: _Fit, line: float) -> tuple[float, float, float]:
         """The estimated wrong share of hits at ``line``, and its lower and upper confidence bounds."""
         first = bin_of(line)
         if first is None:
@@ -341,7 +340,6 @@ class ErrorBudgets:
             first += 1  # a line inside a bin (the prior) serves only the bins above it
         # A line of 1.0 serves nothing; its estimate is the top bin's, which shows why it is there.
         first = min(first, BINS - 1)
-        fit = _fit(evidence, rule)
         rate, labels = fit.rates[first], fit.weights[first]  # no traffic yet: the rate at the line
         for index, estimate in _lowering(evidence.traffic, fit):
             if index < first:

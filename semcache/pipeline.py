@@ -389,11 +389,12 @@ class Pipeline:
     async def forward(self, lookup: Lookup, headers: dict[str, str]) -> dict[str, Any]:
         """A non-streamed miss: follow an identical request in flight, or lead one upstream call.
         An explored would-be hit whose upstream call fails is served its cached answer after all."""
-        if not lookup.explored:
-            return await self._forward(lookup, headers)
+        explored = lookup.explored
         try:
             return await self._forward(lookup, headers)
         except UpstreamError:
+            if not explored:
+                raise
             self._serve_probe(lookup)
             return await self.hit_response(lookup)
 
@@ -440,18 +441,14 @@ class Pipeline:
         cancelled, nothing is stored, and its followers try again themselves. An explored would-be
         hit whose upstream call fails before its first chunk is served its cached answer after all.
         """
-        if not lookup.explored:
-            async for chunk in self._forward_stream(lookup, headers):
-                yield chunk
-            return
-        relayed = False
+        explored, relayed = lookup.explored, False
         try:
             async for chunk in self._forward_stream(lookup, headers):
                 relayed = True
                 yield chunk
         except UpstreamError:
-            if relayed:
-                raise  # bytes are out: the client sees the failure
+            if not explored or relayed:
+                raise  # or bytes are out: the client sees the failure
             self._serve_probe(lookup)
             async for chunk in self.hit_stream(lookup):
                 yield chunk

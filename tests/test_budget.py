@@ -36,7 +36,6 @@ def replay(budgets: ErrorBudgets, midpoint: float, lookups: int, seed: int = 7, 
         if line - 1.5 * (1 - rule.prior) <= similarity < line:
             budgets.label("ns", "latin", similarity, correct, "near_miss")
         elif similarity >= line and budgets.should_explore("ns", "latin", rule):
-            budgets.explored("ns", "latin")
             budgets.label("ns", "latin", similarity, correct, "explored")
 
 

@@ -17,9 +17,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
-from ..errors import NotFound, NotReady
+from ..errors import NotFound
 from ..protocols import RelayRequest
-from .routes import namespace_of
+from .routes import admit, namespace_of, upstream_of
 
 passthrough_router = APIRouter(tags=["pass-through"])
 
@@ -37,12 +37,8 @@ async def passthrough(path: str, request: Request) -> Any:
             f"semcache does not serve or pass on /v1/{segments[0]}; an operator can add it to passthrough_routes",
             code="unknown_route",
         )
-    namespace = namespace_of(request)  # with API keys configured, only their holders may pass
-    if state.rate_limiter is not None:
-        state.rate_limiter.admit(state.access.rate_limit_key(request.headers.get("authorization"), namespace))
-    upstream = state.upstream
-    if upstream is None:
-        raise NotReady("the local model is still loading", headers={"Retry-After": "5"})
+    admit(request, namespace_of(request))  # with API keys configured, only their holders may pass
+    upstream = upstream_of(request)
     relay = RelayRequest(
         method=request.method,
         path=f"/{path}",

@@ -15,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 from ..errors import InvalidRequest, NotReady, SemcacheError, StoreUnavailable, openai_error_body
 from ..keys import account_id, user_id
 from ..pipeline import Lookup, Pipeline, RequestControls
+from ..protocols import Upstream
 from ..settings import MAX_TTL_S
 from ..wire import ChatCompletionRequest
 from .access import bearer_token
@@ -34,6 +35,21 @@ CHAT_PATH = "/v1/chat/completions"
 
 def _state(request: Request) -> Any:
     return request.app.state.semcache
+
+
+def upstream_of(request: Request) -> Upstream:
+    """The upstream, or a 503 while the local model is still loading."""
+    upstream: Upstream | None = _state(request).upstream
+    if upstream is None:
+        raise NotReady("the local model is still loading", headers={"Retry-After": "5"})
+    return upstream
+
+
+def admit(request: Request, namespace: str) -> None:
+    """The rate limit, per client: raises a 429 for one over it."""
+    state = _state(request)
+    if state.rate_limiter is not None:
+        state.rate_limiter.admit(state.access.rate_limit_key(request.headers.get("authorization"), namespace))
 
 
 def pipeline_of(request: Request) -> Pipeline:
@@ -57,8 +73,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     state = _state(request)
     RequestBounds.from_settings(state.settings).check(body)
     namespace = namespace_of(request)
-    if state.rate_limiter is not None:
-        state.rate_limiter.admit(state.access.rate_limit_key(request.headers.get("authorization"), namespace))
+    admit(request, namespace)
     lookup = await pipeline.lookup(body, namespace, _controls(request, body))
     upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
     try:
@@ -88,11 +103,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 @router.get("/v1/models", summary="List the upstream's models")
 async def list_models(request: Request) -> Any:
     namespace_of(request)  # with API keys configured, only their holders may ask
-    headers = dict(request.headers)
-    upstream = _state(request).upstream
-    if upstream is None:
-        raise NotReady("the local model is still loading", headers={"Retry-After": "5"})
-    return await upstream.list_models(headers)
+    return await upstream_of(request).list_models(dict(request.headers))
 
 
 @router.get("/healthz", summary="200 once the model and the index are loaded, 503 before")

@@ -58,10 +58,6 @@ class SemanticResult:
     hit: Hit | None = None
     probe: Probe | None = None
 
-    @property
-    def explored(self) -> bool:
-        return self.probe is not None and self.probe.source == "explored"
-
 
 class SemanticTier:
     def __init__(
@@ -168,7 +164,6 @@ class SemanticTier:
                 self._decide(rejected or decision)
                 return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "near_miss"))
             if self.budgets.should_explore(key.namespace, key.language, rule):
-                self.budgets.explored(key.namespace, key.language)
                 decision.decision, decision.explored = "explored: answered from the upstream to label it", True
                 self._decide(decision)
                 return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "explored"))
