@@ -52,7 +52,7 @@ _T = TypeVar("_T")
 # a long answer in longer pieces, with the event loop free between them.
 _REPLAY_PIECE_CHARS = 24
 _REPLAY_MAX_PIECES = 256
-# After a wrong semantic hit at cosine s, the entry is served only from s + this margin.
+# After a wrong semantic hit or a refuted probe at cosine s, the entry is served only from s + this margin.
 _FEEDBACK_MARGIN = 0.005
 # How many times a request may find its leader failed and try again (the last try leads).
 _MAX_LEADS = 3
@@ -633,8 +633,15 @@ class Pipeline:
         except Exception:
             log.exception("could not judge an answer; no label")
             return
-        if same is not None:
-            self.budgets.label(namespace, language, probe.similarity, same, probe.source)
+        if same is None:
+            return
+        if not same:
+            # The entry's own boundary: its answer was wrong this close, so it needs more.
+            try:
+                await self.store.raise_min_similarity(probe.entry_id, min(1.0, probe.similarity + _FEEDBACK_MARGIN))
+            except StoreUnavailable as exc:
+                log.warning("could not raise a refuted entry's threshold: %s", exc.message)
+        self.budgets.label(namespace, language, probe.similarity, same, probe.source)
 
     async def labels_settled(self) -> None:
         """Wait for the labels being judged (for replays and tests)."""

@@ -181,3 +181,33 @@ def test_the_load_generators_client_reads_every_framing_and_outlives_a_closed_co
     with server:
         replies = asyncio.run(exchange(f"{server.url}/"))
     assert replies == [(200, "length"), (200, "chunked"), (200, "close"), (200, "length"), (200, "after idle")]
+
+
+def test_token_features_benchmark_scores_pairs_with_and_without_the_worst_token(tmp_path: Path) -> None:
+    from benchmarks import token_features
+
+    pairs = [
+        {"q1": "How do I reset my password?", "q2": "How can I reset my password?", "duplicate": True},
+        {"q1": "How do I bake bread at home?", "q2": "How can I bake bread at home?", "duplicate": True},
+        {"q1": "What is the capital of France?", "q2": "What is the capital of Spain?", "duplicate": False},
+        {"q1": "How do I learn Python?", "q2": "Where can I buy a cheap car?", "duplicate": False},
+    ]
+    file = tmp_path / "pairs.jsonl"
+    file.write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
+    result = token_features.run([file], precision=0.95)
+    assert set(result["scores"]) == {"cosine", *(f"cosine + {w} * worst token" for w in token_features.WEIGHTS)}
+    assert result["scores"]["cosine"]["pooled_recall"] == 1.0  # both paraphrases outrank both others
+    assert result["bytes_per_entry"]["token_vectors_float16"] > result["bytes_per_entry"]["vector_today"]
+    token_features.plot(result, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_recall_at_precision_takes_the_lowest_line_that_keeps_precision() -> None:
+    import numpy as np
+
+    from benchmarks.token_features import recall_at_precision
+
+    score = np.array([0.99, 0.98, 0.97, 0.96, 0.5])
+    duplicate = np.array([True, True, False, True, True])
+    assert recall_at_precision(score, duplicate, 0.8) == (1.0, 0.5)  # 4 right of all 5
+    assert recall_at_precision(score, duplicate, 0.85) == (0.5, 0.98)  # the top 3 or 4 fall short

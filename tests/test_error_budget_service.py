@@ -68,6 +68,26 @@ def test_a_near_miss_is_labelled_by_comparing_its_fresh_answer_with_the_candidat
     assert 'semcache_decision_line{language="latin",namespace="default"} 0.91' in metrics
 
 
+def test_a_candidate_judged_wrong_for_a_near_miss_raises_its_own_threshold(
+    serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    other = "Pack light, book early, and keep a copy of your passport."
+    upstream.state.answers.update({QUESTION: ANSWER, NEAR: other})  # the candidate's answer does not fit
+    url = serve()
+    client = make_client(url)
+    ask(client, QUESTION)
+    ask(client, NEAR)
+
+    budget = quality(url, labels=1)
+    assert budget["labels"]["near_miss"] == 1
+    entries = httpx.get(f"{url}/admin/entries", params={"namespace": "default", "text": "learn Python"}).json()
+    [entry] = [e for e in entries["data"] if e["prompt"] == QUESTION]
+    # Refuted at the near miss's similarity: the entry now needs a little more than that.
+    similarity = httpx.get(f"{url}/admin/entries", params={"query": NEAR, "min_similarity": 0.5}).json()
+    near = next(e["similarity"] for e in similarity["data"] if e["prompt"] == QUESTION)
+    assert entry["min_similarity"] == pytest.approx(near + 0.005, abs=0.002)
+
+
 def test_exploration_answers_some_would_be_hits_from_the_upstream_and_says_so(
     serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
 ) -> None:

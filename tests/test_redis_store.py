@@ -164,6 +164,15 @@ async def test_negative_feedback_is_shared_and_raises_the_entry_threshold(store:
     assert await store.negative_feedback() == []
 
 
+async def test_a_refuted_entry_only_ever_raises_its_own_threshold(store: RedisStore) -> None:
+    entry_id, _ = await store.put(entry("k1"))
+    await store.raise_min_similarity(entry_id, 0.8)
+    await store.raise_min_similarity(entry_id, 0.7)
+    assert (await store.get(entry_id)).min_similarity == pytest.approx(0.8)  # type: ignore[union-attr]
+    await store.raise_min_similarity(entry_id + 100, 0.9)
+    assert await store.get(entry_id + 100) is None  # no half-made entry
+
+
 async def test_counters_add_up_across_replicas(store: RedisStore, redis_server: RedisServer) -> None:
     other = RedisStore(redis_server.url, prefix=store.prefix[1:-1])
     await store.add_counts(Counter({"requests": 2, "hits": 1}))

@@ -282,6 +282,13 @@ async def test_every_write_is_seen_by_the_next_point_read(store: SQLiteStore) ->
     await store.add_negative_feedback(NegativeFeedback(third, "some-query", None, 0.91), raise_min_similarity_to=0.95)
     by_id, by_key = await read(third, "k1")
     assert by_id is not None and by_key is not None and by_id.min_similarity == by_key.min_similarity == 0.95
+    await store.raise_min_similarity(third, 0.9)  # a lower bar never lowers the entry's own
+    await store.raise_min_similarity(third + 100, 0.9)  # nor creates a missing entry
+    by_id, _ = await read(third, "k1")
+    assert by_id is not None and by_id.min_similarity == 0.95
+    await store.raise_min_similarity(third, 0.97)
+    by_id, _ = await read(third, "k1")
+    assert by_id is not None and by_id.min_similarity == 0.97
 
     await store.delete([third])
     assert await read(third, "k1") == (None, None)

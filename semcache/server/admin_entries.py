@@ -45,7 +45,10 @@ class EntryOut(BaseModel):
     expires_at: float | None = Field(description="Unix time, seconds; null: never expires.")
     last_access: float = Field(description="Unix time of the latest hit (hits are recorded in batches).")
     hits: int
-    min_similarity: float | None = Field(description="The entry's own threshold, raised by negative feedback.")
+    min_similarity: float | None = Field(
+        description="The entry's own threshold, raised by negative feedback and by answers judged wrong for a query "
+        "this close."
+    )
     similarity: float | None = Field(None, description="Semantic searches only: cosine (0-1) to the query.")
 
 

@@ -210,6 +210,14 @@ redis.call('XADD', P .. ':feed', 'MAXLEN', '~', ARGV[2], '*', 'op', 'neg', 'feed
 return 1
 """
 
+# KEYS: the entry's hash. ARGV: the new threshold. A missing entry is left missing.
+_LUA_RAISE_MIN_SIMILARITY = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local current = tonumber(redis.call('HGET', KEYS[1], 'min_similarity') or '0') or 0
+if tonumber(ARGV[1]) > current then redis.call('HSET', KEYS[1], 'min_similarity', ARGV[1]) end
+return 1
+"""
+
 
 # Adds one batch of the error budgets' evidence, once: a batch resent after a timeout (it may have
 # landed) finds its id taken and adds nothing. ARGV: prefix, batch id, then language, namespace,
@@ -276,6 +284,7 @@ class RedisStore:
         self._touch = self._redis.register_script(_LUA_TOUCH)
         self._get_exact = self._redis.register_script(_LUA_GET_EXACT)
         self._negative = self._redis.register_script(_LUA_NEGATIVE)
+        self._raise_min_similarity = self._redis.register_script(_LUA_RAISE_MIN_SIMILARITY)
         self._list = self._redis.register_script(_LUA_LIST)
         self._evidence = self._redis.register_script(_LUA_EVIDENCE)
 
@@ -473,6 +482,10 @@ class RedisStore:
         raise_to = "" if raise_min_similarity_to is None else repr(float(raise_min_similarity_to))
         args = [*self._args(feedback.entry_id), _feedback_json(feedback), raise_to]
         await self._call(lambda: self._negative(args=args))
+
+    async def raise_min_similarity(self, entry_id: int, to: float) -> None:
+        keys = [self.key("entry", entry_id)]
+        await self._call(lambda: self._raise_min_similarity(keys=keys, args=[repr(float(to))]))
 
     async def negative_feedback(self) -> list[NegativeFeedback]:
         async def read() -> list[NegativeFeedback]:

@@ -455,6 +455,16 @@ class SQLiteStore:
 
         await self._call(write)
 
+    async def raise_min_similarity(self, entry_id: int, to: float) -> None:
+        def write() -> None:
+            with self._writing():
+                self.db.execute(
+                    "UPDATE entries SET min_similarity = max(coalesce(min_similarity, 0), ?) WHERE id = ?",
+                    (to, entry_id),
+                )
+
+        await self._call(write)
+
     async def negative_feedback(self) -> list[NegativeFeedback]:
         """Every recorded negative for a live entry; orphans of deleted entries are dropped."""
 
