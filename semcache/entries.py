@@ -43,6 +43,28 @@ class NegativeFeedback:
     similarity: float | None
 
 
+class PendingAccesses:
+    """Hits since the store last heard of them: entry id to last access time. The lookup notes
+    each hit; the sweeper writes them in one batch (recency for eviction, hit counts)."""
+
+    def __init__(self) -> None:
+        self._times: dict[int, float] = {}
+
+    def note(self, entry_id: int, at: float) -> None:
+        self._times[entry_id] = at
+
+    def take(self) -> dict[int, float]:
+        taken, self._times = self._times, {}
+        return taken
+
+    def give_back(self, taken: dict[int, float]) -> None:
+        """Keep what could not be written for the next pass; an access noted since is newer."""
+        self._times = {**taken, **self._times}
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+
 @dataclass(frozen=True)
 class RemovedEntry:
     """What the index must forget when the store drops an entry."""

@@ -20,10 +20,10 @@ import numpy as np
 from .budget import ErrorBudgets, share_evidence
 from .embedders import BatchingEmbedder
 from .embedders.routing import EmbeddingRoutes
+from .entries import PendingAccesses
 from .errors import StoreUnavailable
 from .index import ScopedVectorIndex
 from .language import detect_script
-from .pipeline import Pipeline
 from .protocols import EvidenceStore, Store
 from .stores import SQLiteStore
 
@@ -123,7 +123,7 @@ async def _stored_dimension(store: SQLiteStore) -> int | None:
 class Maintenance:
     """The background sweeper: expiry, the size bound, index rebuilds and snapshots."""
 
-    pipeline: Pipeline
+    accesses: PendingAccesses
     store: Store
     index: ScopedVectorIndex
     snapshot_dir: Path
@@ -136,6 +136,7 @@ class Maintenance:
     # The error budgets' evidence is shared through the store on every pass.
     budgets: ErrorBudgets | None = None
     evidence_store: EvidenceStore | None = None
+    clock: Callable[[], float] = time.time
     expired: int = 0
     evicted: int = 0
     last_snapshot: float = 0.0
@@ -154,15 +155,15 @@ class Maintenance:
                 log.exception("maintenance pass failed")
 
     async def sweep(self) -> None:
-        touches, self.pipeline.pending_touches = self.pipeline.pending_touches, {}
+        touches = self.accesses.take()
         try:
             await self.store.touch(touches)
         except Exception:  # keep the recency for the next pass (a full disk, Redis away)
-            self.pipeline.pending_touches = {**touches, **self.pipeline.pending_touches}
+            self.accesses.give_back(touches)
             raise
         if self.budgets is not None and self.evidence_store is not None:
             await share_evidence(self.budgets, self.evidence_store)
-        expired = await self.store.delete_expired(self.pipeline.clock())
+        expired = await self.store.delete_expired(self.clock())
         evicted = await self.store.evict_least_recently_used(self.max_entries)
         if expired or evicted:
             await asyncio.to_thread(self.index.remove, [r.id for r in expired + evicted])

@@ -24,11 +24,15 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .embedders import BatchingEmbedder
 from .entries import CacheEntry, EntryQuery, RemovedEntry
 from .errors import InvalidRequest
+from .index import ScopedVectorIndex
 from .language import detect_script
-from .pipeline import Pipeline
+from .protocols import Store
+from .quality import NamespacePolicies
 from .tiers import TemplateTier, load_templates
+from .tiers.template import LiveTemplates
 
 log = logging.getLogger("semcache.management")
 
@@ -137,13 +141,18 @@ class ExportedEntry(BaseModel):
 
 @dataclass
 class EntryAdmin:
-    """Entry management over a running pipeline's store, index and embedder."""
+    """Entry management over the store, the index and the embedder the request path uses."""
 
-    pipeline: Pipeline
+    store: Store
+    index: ScopedVectorIndex
+    embedder: BatchingEmbedder
+    templates: LiveTemplates
+    policies: NamespacePolicies
+    clock: Callable[[], float] = time.time
 
     def _model_of(self, namespace: str, prompt: str) -> str:
         """The embedding model the request path uses for this prompt: by namespace and script."""
-        router = self.pipeline.embedder.router
+        router = self.embedder.router
         models = router.routes.models()
         return models[0] if len(models) == 1 else router.model_for(namespace, detect_script(prompt))
 
@@ -184,25 +193,25 @@ class EntryAdmin:
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
         items: list[Match] = []
         for similarity, entry_id in scored[offset : offset + limit]:
-            entry = await self.pipeline.store.get(entry_id)
+            entry = await self.store.get(entry_id)
             if entry is not None:  # else deleted meanwhile
                 items.append(Match(replace(entry, vector=None), similarity))
         more = len(scored) > offset + limit
         return Page(items, str(offset + limit) if more else None)
 
     async def get(self, entry_id: int) -> CacheEntry | None:
-        entry = await self.pipeline.store.get(entry_id)
-        if entry is None or entry.is_expired(self.pipeline.clock()):
+        entry = await self.store.get(entry_id)
+        if entry is None or entry.is_expired(self.clock()):
             return None
         return replace(entry, vector=None)
 
     async def _selected(self, selection: Selection, *, after_id: int = 0) -> AsyncGenerator[list[Match], None]:
         """The live entries ``selection`` picks, in id order, in batches (vectors dropped)."""
-        near, now = selection.near, self.pipeline.clock()
+        near, now = selection.near, self.clock()
         if selection.ids is not None:
             batches = self._by_ids(sorted(i for i in selection.ids if i > after_id))
         else:
-            batches = self.pipeline.store.entries(
+            batches = self.store.entries(
                 selection.query, after_id=after_id, batch_size=SCAN_BATCH, with_vectors=near is not None
             )
         questions: dict[str, np.ndarray] = {}  # the question as each entry's embedding model sees it
@@ -215,7 +224,7 @@ class EntryAdmin:
             models = [self._model_of(e.namespace, e.prompt) for e in live]
             for model in dict.fromkeys(models):
                 if model not in questions:
-                    questions[model] = await self.pipeline.embedder.embed(near, model)
+                    questions[model] = await self.embedder.embed(near, model)
             pairs = [(e.vector, questions[model]) for e, model in zip(live, models, strict=True)]
             similarities = await asyncio.to_thread(_cosines, pairs)
             yield [
@@ -226,7 +235,7 @@ class EntryAdmin:
 
     async def _by_ids(self, ids: list[int]) -> AsyncIterator[list[CacheEntry]]:
         for start in range(0, len(ids), SCAN_BATCH):
-            found = [await self.pipeline.store.get(entry_id) for entry_id in ids[start : start + SCAN_BATCH]]
+            found = [await self.store.get(entry_id) for entry_id in ids[start : start + SCAN_BATCH]]
             yield [entry for entry in found if entry is not None]
 
     # -- deleting ----------------------------------------------------------------------------
@@ -249,7 +258,7 @@ class EntryAdmin:
 
     async def flush(self) -> int:
         """Delete every stored entry (with Redis: every entry of this cache, on every replica)."""
-        ids = sorted(await self.pipeline.store.stored_ids())
+        ids = sorted(await self.store.stored_ids())
         deleted = 0
         for start in range(0, len(ids), 10 * SCAN_BATCH):
             deleted += await self._drop(ids[start : start + 10 * SCAN_BATCH])
@@ -259,16 +268,16 @@ class EntryAdmin:
         return deleted
 
     async def _drop(self, ids: list[int]) -> int:
-        removed = await self.pipeline.store.delete(ids)
-        await asyncio.to_thread(self.pipeline.index.remove, [r.id for r in removed])
+        removed = await self.store.delete(ids)
+        await asyncio.to_thread(self.index.remove, [r.id for r in removed])
         return len(removed)
 
     # -- export and import -------------------------------------------------------------------
 
     async def export(self, query: EntryQuery, *, vectors: bool) -> AsyncGenerator[str, None]:
         """The live entries ``query`` picks as JSONL lines, each ending in a newline."""
-        now = self.pipeline.clock()
-        async for batch in self.pipeline.store.entries(query, batch_size=SCAN_BATCH, with_vectors=vectors):
+        now = self.clock()
+        async for batch in self.store.entries(query, batch_size=SCAN_BATCH, with_vectors=vectors):
             live = [e for e in batch if not e.is_expired(now)]
             models = [self._model_of(e.namespace, e.prompt) if vectors else None for e in live]
             lines = [
@@ -297,7 +306,7 @@ class EntryAdmin:
 
     def _parse(self, chunk: Sequence[bytes], first_line: int, report: ImportReport) -> list[tuple[CacheEntry, bool]]:
         """Entries from lines, each with whether it still needs embedding. Runs in a worker thread."""
-        now = self.pipeline.clock()
+        now = self.clock()
         parsed: list[tuple[CacheEntry, bool]] = []
         for number, line in enumerate(chunk, start=first_line):
             if not line.strip():
@@ -323,9 +332,9 @@ class EntryAdmin:
             vector = np.frombuffer(base64.b64decode(item.vector, validate=True), dtype="<f4").astype(np.float32)
         except (binascii.Error, ValueError) as exc:
             raise ValueError("vector: not base64 of float32 values") from exc
-        norm = float(np.linalg.norm(vector)) if vector.size == self.pipeline.index.dimension else 0.0
+        norm = float(np.linalg.norm(vector)) if vector.size == self.index.dimension else 0.0
         if not np.isfinite(norm) or norm == 0.0:
-            raise ValueError(f"vector: expected {self.pipeline.index.dimension} finite float32 values, not all zero")
+            raise ValueError(f"vector: expected {self.index.dimension} finite float32 values, not all zero")
         return vector / norm
 
     async def _import_batch(self, parsed: list[tuple[CacheEntry, bool]], report: ImportReport) -> None:
@@ -335,17 +344,17 @@ class EntryAdmin:
             if needs_vector:  # embedded by the model a request for it would use
                 by_model.setdefault(self._model_of(entry.namespace, entry.prompt), []).append(entry)
         for model, missing in by_model.items():
-            vectors = await self.pipeline.embedder.embed_many([entry.prompt for entry in missing], model)
+            vectors = await self.embedder.embed_many([entry.prompt for entry in missing], model)
             for entry, vector in zip(missing, vectors, strict=True):
                 entry.vector = vector
             report.embedded += len(missing)
-        results = await self.pipeline.store.put_many(entries)
+        results = await self.store.put_many(entries)
         await asyncio.to_thread(self._index_imported, entries, results)
         report.imported += len(entries)
         report.replaced += sum(bool(replaced) for _, replaced in results)
 
     def _index_imported(self, entries: list[CacheEntry], results: list[tuple[int, list[RemovedEntry]]]) -> None:
-        index = self.pipeline.index
+        index = self.index
         replaced = [r.id for _, removed in results for r in removed]
         if replaced:
             index.remove(replaced)
@@ -371,10 +380,10 @@ class EntryAdmin:
         except ValueError as exc:
             raise InvalidRequest(f"the templates file is invalid: {exc}", code="invalid_templates") from exc
         tier = TemplateTier(templates, threshold)
-        await tier.embed_phrasings(self.pipeline.embedder)  # by every model a request may use
+        await tier.embed_phrasings(self.embedder)  # by every model a request may use
         if share is not None:
             await share([template.as_dict() for template in templates])
-        self.pipeline.templates = tier
+        self.templates.swap(tier)
         log.info("templates reloaded from %s: %d templates, %d phrasings", path, len(templates), len(tier.phrasings))
         return tier
 

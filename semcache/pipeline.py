@@ -21,9 +21,9 @@ import numpy as np
 from .budget import ErrorBudgets
 from .coalescing import Flight, InFlight
 from .embedders import BatchingEmbedder, FollowUp
-from .entries import CacheEntry, NegativeFeedback
+from .entries import CacheEntry, NegativeFeedback, PendingAccesses
 from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamError, UpstreamUnavailable
-from .feedback import ServedHit, ServedHits
+from .feedback import ServedHit, ServedHits, WrongAnswers
 from .index import ScopedVectorIndex
 from .instructions import find_answer_instruction
 from .judges import AnswerJudge, JudgeCase
@@ -40,8 +40,9 @@ from .limits import fit_context
 from .observer import NullObserver, Observer, timed
 from .protocols import Store, Upstream, Verifier
 from .quality import Decision, DecisionLog, NamespacePolicies
-from .tiers import ExactTier, Hit, SemanticTier, TemplateTier
+from .tiers import ExactTier, Hit, SemanticTier
 from .tiers.semantic import Probe
+from .tiers.template import LiveTemplates
 from .tokens import PriceTable, TokenCounter
 from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion_id, usage_chunk
 
@@ -126,7 +127,7 @@ class Pipeline:
     index: ScopedVectorIndex
     embedder: BatchingEmbedder
     upstream: Upstream
-    templates: TemplateTier
+    templates: LiveTemplates  # swapped whole by a reload
     tokens: TokenCounter
     policies: NamespacePolicies
     default_ttl_s: float
@@ -150,8 +151,9 @@ class Pipeline:
     decisions: DecisionLog = field(default_factory=DecisionLog)
     served: ServedHits = field(default_factory=ServedHits)
     inflight: InFlight = field(default_factory=InFlight)
-    # Hits since the last flush: entry id to last access time, written to the store in batches.
-    pending_touches: dict[int, float] = field(default_factory=dict)
+    # Hits since the last flush, which the sweeper writes to the store in batches.
+    accesses: PendingAccesses = field(default_factory=PendingAccesses)
+    wrong_answers: WrongAnswers = field(default_factory=WrongAnswers)
     # The error budgets the semantic tier decides by, and the judge that labels their evidence
     # (None: no labels from answers; feedback still counts).
     budgets: ErrorBudgets = field(default_factory=ErrorBudgets)
@@ -161,13 +163,9 @@ class Pipeline:
         self.exact = ExactTier(self.store, self.observer)
         self.semantic = SemanticTier(
             self.index, self.store, self.policies, self.verifier, self.decisions.add, budgets=self.budgets,
-            observer=self.observer,
+            wrong_answers=self.wrong_answers, observer=self.observer,
         )  # fmt: skip
         self._labelling: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        """Load what the tiers learned from earlier feedback."""
-        self.semantic.load_negatives(await self.store.negative_feedback())
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -189,7 +187,7 @@ class Pipeline:
             except StoreUnavailable:  # answer as a plain proxy, and store nothing, until it is back
                 return Lookup(request, namespace, controls, key=None, bypass_reason="store_unavailable")
         if lookup.hit is not None and lookup.hit.entry_id is not None:
-            self.pending_touches[lookup.hit.entry_id] = self.clock()
+            self.accesses.note(lookup.hit.entry_id, self.clock())
         log.debug("lookup: %s", "hit" if lookup.hit else "no hit", extra={"namespace": namespace, "tier": lookup.tier})
         return lookup
 
@@ -235,7 +233,7 @@ class Pipeline:
             hit = await self.exact.lookup(lookup.conversation_key, now)
             if hit is not None:
                 return hit
-        hit = await self.exact.lookup(lookup.key, now) or self.templates.lookup_exact(lookup.key)
+        hit = await self.exact.lookup(lookup.key, now) or self.templates.tier.lookup_exact(lookup.key)
         if hit is not None:
             return hit
         candidates = None
@@ -259,10 +257,11 @@ class Pipeline:
     def _template_match(self, key: RequestKey, vector: np.ndarray) -> Hit | None:
         """Templates' phrasings are embedded by every model; the request's model's are compared. A
         script with its own threshold never matches below it: its model's cosines run higher."""
-        threshold = self.templates.threshold
+        templates = self.templates.tier
+        threshold = templates.threshold
         if key.language in (policy := self.policies.for_namespace(key.namespace)).thresholds:
             threshold = max(threshold, policy.threshold_for(key.language))
-        return self.templates.lookup_semantic(key, vector, self.embedding_model(key), threshold)
+        return templates.lookup_semantic(key, vector, self.embedding_model(key), threshold)
 
     async def record(self, lookup: Lookup) -> None:
         self.observer.request(lookup.namespace, lookup.outcome, lookup.tier)
@@ -366,7 +365,7 @@ class Pipeline:
             negative = NegativeFeedback(served.entry_id, served.query_key, vector, served.similarity)
             raised = None if served.similarity is None else min(1.0, served.similarity + _FEEDBACK_MARGIN)
             await self.store.add_negative_feedback(negative, raised)
-            self.semantic.add_negative(negative)
+            self.wrong_answers.add(negative)
         return served
 
     async def _usage(self, lookup: Lookup) -> dict[str, int]:

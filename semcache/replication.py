@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +27,14 @@ import numpy as np
 
 from .embedders import BatchingEmbedder
 from .errors import StoreUnavailable
+from .feedback import WrongAnswers
 from .index import ScopedVectorIndex
 from .maintenance import load_snapshot, reconcile_index
-from .pipeline import Pipeline
+from .quality import NamespacePolicies
 from .stats import Stats
 from .stores.redis import FeedEvent, RedisStore
 from .tiers import TemplateTier, parse_templates
+from .tiers.template import LiveTemplates
 
 log = logging.getLogger("semcache.replication")
 
@@ -50,8 +51,11 @@ class Replica:
     stats: Stats
     snapshot_dir: Path
     template_threshold: float
+    # What the shared settings feed; None (a benchmark's bare replica): events only touch the index.
+    policies: NamespacePolicies | None = None
+    wrong_answers: WrongAnswers | None = None
+    templates: LiveTemplates | None = None
     block_ms: int = 1000
-    pipeline: Pipeline | None = None  # set once built; events before that only touch the index
     offset: str = "0-0"  # the last feed event applied
     cache_id: str | None = None
     connected: bool = False
@@ -60,7 +64,6 @@ class Replica:
     last_sync: dict[str, Any] = field(default_factory=dict)
     _snapshot_tried: bool = False
     _last_shared: float = 0.0
-    on_templates: Callable[[TemplateTier], None] | None = None
 
     @property
     def model(self) -> str:
@@ -120,21 +123,23 @@ class Replica:
 
     async def reload_settings(self) -> None:
         """Negative feedback, namespace settings and templates, as the shared store has them."""
-        if self.pipeline is None:
-            return
-        self.pipeline.semantic.load_negatives(await self.store.negative_feedback())
-        for namespace, config in (await self.store.namespace_configs()).items():
-            self.pipeline.policies.set(namespace, config)
+        if self.wrong_answers is not None:
+            self.wrong_answers.load(await self.store.negative_feedback())
+        if self.policies is not None:
+            for namespace, config in (await self.store.namespace_configs()).items():
+                self.policies.set(namespace, config)
         await self.reload_templates()
 
     async def reload_templates(self) -> None:
+        if self.templates is None:
+            return
         items = await self.store.templates()
-        if items is None or self.on_templates is None:
+        if items is None:
             return
         tier = TemplateTier(parse_templates(items, "the shared templates"), self.template_threshold)
         if tier.phrasings:
             await tier.embed_phrasings(self.embedder)
-        self.on_templates(tier)
+        self.templates.swap(tier)
 
     # -- following -----------------------------------------------------------------------------
 
@@ -193,12 +198,12 @@ class Replica:
             self.index.add(scope, np.array([entry_id]), vector.reshape(1, -1))
 
     async def _apply_setting(self, event: FeedEvent) -> None:
-        if self.pipeline is None:
-            return
         if event.op == "neg" and event.feedback is not None:
-            self.pipeline.semantic.add_negative(event.feedback)
+            if self.wrong_answers is not None:
+                self.wrong_answers.add(event.feedback)
         elif event.op == "cfg" and event.namespace is not None:
-            self.pipeline.policies.set(event.namespace, await self.store.namespace_config(event.namespace))
+            if self.policies is not None:
+                self.policies.set(event.namespace, await self.store.namespace_config(event.namespace))
         elif event.op == "templates":
             await self.reload_templates()
 

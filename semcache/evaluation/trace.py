@@ -26,6 +26,7 @@ from ..protocols import Relayed, RelayRequest, Verifier
 from ..quality import DecisionLog, NamespacePolicies, QualityPolicy
 from ..stores import SQLiteStore
 from ..tiers import TemplateTier
+from ..tiers.template import LiveTemplates
 from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest, chat_completion, completion_id
 from .embedding_cache import CachedEmbedder
@@ -200,7 +201,7 @@ async def evaluate_trace(
             judge = _AuditedJudge(EmbeddingJudge(batcher.embed, learning.judge_min_similarity), upstream, cluster_of)
         pipeline = Pipeline(
             store=store, index=ScopedVectorIndex(embedder.dimension), embedder=batcher, upstream=upstream,
-            templates=TemplateTier([], 1.0), tokens=TokenCounter(Path(folder) / "tiktoken"),
+            templates=LiveTemplates(TemplateTier([], 1.0)), tokens=TokenCounter(Path(folder) / "tiktoken"),
             policies=NamespacePolicies(policy), default_ttl_s=0, max_temperature=1.0, verifier=verifier,
             decisions=DecisionLog(10), budgets=budgets, judge=judge,
         )  # fmt: skip

@@ -19,7 +19,7 @@ from ..management import EntryAdmin, ImportReport, Match, Selection
 from .access import validate_namespace
 from .admin import require_admin
 from .limits import BoundedJsonRoute
-from .routes import pipeline_of
+from .routes import entry_admin_of
 
 entries_router = APIRouter(
     prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)], route_class=BoundedJsonRoute
@@ -143,7 +143,7 @@ async def list_entries(
     cursor: str | None = Query(None, description="next_cursor of the previous page."),
     max_chars: int = Query(_DEFAULT_MAX_CHARS, ge=0, description="Cut prompts and answers; 0: whole."),
 ) -> EntryList:
-    admin = EntryAdmin(pipeline_of(request))
+    admin = entry_admin_of(request)
     selection = _selection(admin, namespace, text, None, query, min_similarity)
     page = await admin.page(selection, limit=limit, cursor=cursor)
     return EntryList(data=[_entry_out(m, max_chars) for m in page.items], next_cursor=page.next_cursor)
@@ -166,7 +166,7 @@ async def export_entries(
     text: str | None = Query(None, min_length=1, description="Prompt or answer contains this (case-insensitive)."),
     vectors: bool = Query(False, description="Include each entry's vector, base64."),
 ) -> StreamingResponse:
-    admin = EntryAdmin(pipeline_of(request))
+    admin = entry_admin_of(request)
     query = EntryQuery(namespace=_namespace(namespace), text=text)
     lines = admin.export(query, vectors=vectors)
     first = await anext(lines, "")  # a failure before the first line keeps its HTTP status
@@ -189,7 +189,7 @@ async def import_entries(
     request: Request,
     first_line: int = Query(1, ge=1, description="The number of the body's first line in its file, for reports."),
 ) -> ImportResult:
-    admin = EntryAdmin(pipeline_of(request))
+    admin = entry_admin_of(request)
     body = await request.body()  # bounded by max_body_bytes: a body over it is refused before any line is stored
     report = await admin.import_lines(body.splitlines(), first_line=first_line)
     return _import_result(report)
@@ -205,7 +205,7 @@ async def import_entries(
     response_model=DeleteResult,
 )
 async def delete_entries(body: DeleteRequest, request: Request) -> DeleteResult:
-    admin = EntryAdmin(pipeline_of(request))
+    admin = entry_admin_of(request)
     if all(v is None for v in (body.ids, body.namespace, body.text, body.older_than_s, body.query)):
         raise InvalidRequest(
             "name at least one filter (ids, namespace, text, older_than_s, query); "
@@ -227,7 +227,7 @@ async def delete_entries(body: DeleteRequest, request: Request) -> DeleteResult:
 @entries_router.get("/entries/{entry_id}", summary="One cache entry", response_model=EntryOut,
                     responses={404: {"description": "No such entry (or it expired)"}})  # fmt: skip
 async def get_entry(request: Request, entry_id: int = Path(ge=1, le=_MAX_ID)) -> EntryOut:
-    entry = await EntryAdmin(pipeline_of(request)).get(entry_id)
+    entry = await entry_admin_of(request).get(entry_id)
     if entry is None:
         raise NotFound(f"no entry with id {entry_id}")
     return _entry_out(Match(entry), 0)
@@ -241,7 +241,7 @@ async def get_entry(request: Request, entry_id: int = Path(ge=1, le=_MAX_ID)) ->
     responses={404: {"description": "No such entry"}},
 )
 async def delete_entry(request: Request, entry_id: int = Path(ge=1, le=_MAX_ID)) -> EntryDeleted:
-    if not await EntryAdmin(pipeline_of(request)).delete_one(entry_id):
+    if not await entry_admin_of(request).delete_one(entry_id):
         raise NotFound(f"no entry with id {entry_id}")
     return EntryDeleted(id=entry_id)
 
@@ -255,7 +255,7 @@ async def delete_entry(request: Request, entry_id: int = Path(ge=1, le=_MAX_ID))
     response_model=FlushResult,
 )
 async def flush(request: Request, body: FlushRequest | None = None) -> FlushResult:
-    admin = EntryAdmin(pipeline_of(request))
+    admin = entry_admin_of(request)
     if body is None or not body.confirm:
         raise InvalidRequest('a flush deletes every entry: send {"confirm": true}', code="confirmation_required")
     return FlushResult(deleted=await admin.flush())
@@ -271,7 +271,7 @@ async def flush(request: Request, body: FlushRequest | None = None) -> FlushResu
 )
 async def reload_templates(request: Request) -> TemplatesReloaded:
     state = request.app.state.semcache
-    admin = EntryAdmin(pipeline_of(request))
+    admin = entry_admin_of(request)
     path = state.settings.templates
     if path is None:
         raise InvalidRequest("this server was started without --templates FILE", code="no_templates_file")
@@ -297,9 +297,9 @@ def _selection(
     if min_similarity is not None and near is None:
         raise InvalidRequest("min_similarity needs a query", code="invalid_request")
     if near is not None and min_similarity is None:
-        policies = admin.pipeline.policies
+        policies = admin.policies
         min_similarity = (policies.for_namespace(namespace) if namespace else policies.default).threshold
-    created_before = None if older_than_s is None else admin.pipeline.clock() - older_than_s
+    created_before = None if older_than_s is None else admin.clock() - older_than_s
     query = EntryQuery(namespace=namespace, text=text, created_before=created_before)
     return Selection(query, None, near, min_similarity or 0.0)
 

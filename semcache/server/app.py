@@ -15,11 +15,13 @@ from starlette.types import ASGIApp
 from ..budget import ErrorBudgets, share_evidence
 from ..embedders import BatchingEmbedder, RoutedEmbedder, load_configured_embedder, load_routed
 from ..errors import StoreUnavailable
+from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
 from ..judges import load_judge
 from ..limits import RateLimiter
 from ..logs import Redactor
 from ..maintenance import Maintenance, restore_index
+from ..management import EntryAdmin
 from ..metrics import Metrics, Readings
 from ..observer import FanOut
 from ..pipeline import Pipeline
@@ -31,6 +33,7 @@ from ..stats import Stats
 from ..stores import SQLiteStore
 from ..stores.redis import RedisStore
 from ..tiers import TemplateTier, load_templates
+from ..tiers.template import LiveTemplates
 from ..tokens import Price, PriceTable, TokenCounter
 from ..upstreams import RemoteUpstream
 from ..upstreams.resilience import CircuitBreaker, ConcurrencyLimit, ResilientUpstream, RetryPolicy
@@ -60,6 +63,7 @@ class AppState:
     stats: Stats = field(default_factory=Stats)
     metrics: Metrics = field(default_factory=Metrics)
     pipeline: Pipeline | None = None
+    entry_admin: EntryAdmin | None = None
     maintenance: Maintenance | None = None
     rate_limiter: RateLimiter | None = None
     replica: Replica | None = None  # with --store redis
@@ -225,22 +229,32 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         cleanup.push_async_callback(batcher.close)
         index = ScopedVectorIndex(model.dimension, hnsw_min_entries=settings.hnsw_min_entries)
         snapshot_dir = settings.data_dir / "faiss"
+        # What the shared settings change: with Redis, another replica's feedback, namespace
+        # settings and templates reach the request path through these.
+        policies = NamespacePolicies(default_policy(settings))
+        wrong_answers = WrongAnswers()
+        live_templates = LiveTemplates(templates)
+        if templates.phrasings:
+            await templates.embed_phrasings(batcher)
         store: Store
         evidence_store: EvidenceStore  # the same store, seen through the error budgets' seam
-        overrides: dict[str, dict[str, Any]] = {}
         if settings.store == "redis":
             store = evidence_store = _redis_store(settings)
             cleanup.push_async_callback(store.close)
-            state.replica = Replica(store, index, batcher, state.stats, snapshot_dir, settings.template_threshold)
+            state.replica = Replica(
+                store, index, batcher, state.stats, snapshot_dir, settings.template_threshold,
+                policies=policies, wrong_answers=wrong_answers, templates=live_templates,
+            )  # fmt: skip
             await state.replica.join()  # Redis down: start as a plain proxy; the replica catches up later
+            await _share_template_file(state.replica, templates, live_templates)
         else:
             store = evidence_store = SQLiteStore(settings.data_dir / "entries.sqlite3")
             cleanup.push_async_callback(store.close)
             await store.open()
             await restore_index(store, index, batcher, snapshot_dir)
-            overrides = await store.namespace_configs()
-        if templates.phrasings:
-            await templates.embed_phrasings(batcher)
+            for namespace, config in (await store.namespace_configs()).items():
+                policies.set(namespace, config)
+            wrong_answers.load(await store.negative_feedback())
         tokens = await asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken")
         budgets = ErrorBudgets(
             min_labels=settings.learn_min_labels,
@@ -252,9 +266,9 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             index=index,
             embedder=batcher,
             upstream=upstream,
-            templates=templates,
+            templates=live_templates,
             tokens=tokens,
-            policies=NamespacePolicies(default_policy(settings), overrides),
+            policies=policies,
             default_ttl_s=settings.ttl,
             max_answer_bytes=settings.max_answer_bytes,
             max_temperature=settings.max_temperature,
@@ -270,18 +284,17 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             observer=state.observer,
             budgets=budgets,
             judge=load_judge(settings, batcher.embed, upstream),
+            wrong_answers=wrong_answers,
         )
         try:
             await share_evidence(budgets, evidence_store)  # what earlier runs (and other replicas) learned
         except StoreUnavailable as exc:
             log.warning("could not read the learned error budgets yet: %s", exc.message)
         if state.replica is not None:
-            await _join_with_pipeline(state.replica, pipeline, templates)
             state.tasks.append(asyncio.create_task(state.replica.run_forever(), name="semcache-replica"))
-        else:
-            await pipeline.start()
         state.maintenance = Maintenance(
-            pipeline=pipeline,
+            accesses=pipeline.accesses,
+            clock=pipeline.clock,
             store=store,
             index=index,
             snapshot_dir=snapshot_dir,
@@ -294,6 +307,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             evidence_store=evidence_store,
         )
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
+        state.entry_admin = EntryAdmin(store, index, batcher, live_templates, policies, pipeline.clock)
         state.pipeline, state.evidence_store = pipeline, evidence_store
         cleanup.pop_all()  # from here on, _shutdown closes them
         log.info("semcache is ready: %d entries", len(index))
@@ -338,19 +352,16 @@ def _redis_store(settings: Settings) -> RedisStore:
     )
 
 
-async def _join_with_pipeline(replica: Replica, pipeline: Pipeline, templates: TemplateTier) -> None:
-    """Share this replica's template file, if it has one, then take the shared settings."""
-
-    def use_templates(tier: TemplateTier) -> None:
-        pipeline.templates = tier
-
-    replica.pipeline, replica.on_templates = pipeline, use_templates
+async def _share_template_file(replica: Replica, templates: TemplateTier, live: LiveTemplates) -> None:
+    """Publish this replica's template file, if it has one, over what joining took from Redis."""
+    if not templates.templates or not replica.connected:
+        return
     try:
-        if templates.templates:
-            await replica.store.set_templates([template.as_dict() for template in templates.templates])
-        await replica.reload_settings()
+        await replica.store.set_templates([template.as_dict() for template in templates.templates])
     except StoreUnavailable:
-        replica.connected = False  # its follower loads them once Redis is back
+        replica.connected = False  # its follower loads the shared ones once Redis is back
+        return
+    live.swap(templates)
 
 
 async def _shutdown(state: AppState) -> None:

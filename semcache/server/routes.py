@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidRequest, NotReady, SemcacheError, StoreUnavailable, openai_error_body
 from ..keys import account_id, user_id
+from ..management import EntryAdmin
 from ..pipeline import Lookup, Pipeline, RequestControls
 from ..protocols import Upstream
 from ..settings import MAX_TTL_S
@@ -59,6 +60,13 @@ def pipeline_of(request: Request) -> Pipeline:
         raise NotReady(detail, headers={"Retry-After": "5"})
     pipeline: Pipeline = state.pipeline
     return pipeline
+
+
+def entry_admin_of(request: Request) -> EntryAdmin:
+    """The operators' entry management, once the cache has loaded (a 503 until then)."""
+    pipeline_of(request)
+    admin: EntryAdmin = _state(request).entry_admin
+    return admin
 
 
 @chat_router.post(

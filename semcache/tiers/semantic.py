@@ -29,7 +29,8 @@ import numpy as np
 
 from .. import guards
 from ..budget import NEAR_MISS_BAND, BudgetRule, ErrorBudgets, LabelSource
-from ..entries import CacheEntry, NegativeFeedback
+from ..entries import CacheEntry
+from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
 from ..keys import RequestKey
 from ..observer import NullObserver, Observer, timed
@@ -38,8 +39,6 @@ from ..quality import Decision, NamespacePolicies, QualityPolicy
 from .base import Hit
 
 _CANDIDATES = 4
-# A new query this close to one reported wrong for an entry counts as the same query.
-_SAME_QUERY_COSINE = 0.98
 
 
 @dataclass(frozen=True)
@@ -69,26 +68,19 @@ class SemanticTier:
         on_decision: Callable[[Decision], None] | None = None,
         *,
         budgets: ErrorBudgets | None = None,
+        wrong_answers: WrongAnswers | None = None,
         observer: Observer | None = None,
     ) -> None:
         self.index = index
         self.budgets = budgets or ErrorBudgets()
+        self.wrong_answers = wrong_answers or WrongAnswers()
         self._store = store
         self.policies = policies
         self.verifier = verifier
         self._on_decision = on_decision
         self._observer = observer or NullObserver()
-        self._negatives: dict[int, list[NegativeFeedback]] = {}
         # For vectors that arrive without their candidates (see ``candidates``).
         self._search_thread = ThreadPoolExecutor(1, "semcache-faiss")
-
-    def load_negatives(self, negatives: list[NegativeFeedback]) -> None:
-        self._negatives = {}
-        for negative in negatives:
-            self.add_negative(negative)
-
-    def add_negative(self, negative: NegativeFeedback) -> None:
-        self._negatives.setdefault(negative.entry_id, []).append(negative)
 
     def candidates(self, key: RequestKey, vector: np.ndarray) -> list[tuple[int, float]]:
         """The nearest entries of the request's scope, as (id, cosine). Blocking, and safe in any thread."""
@@ -206,7 +198,7 @@ class SemanticTier:
                 return "tool calls are served on exact matches only"
             if entry.min_similarity is not None and similarity < entry.min_similarity:
                 return "below the entry's learned threshold"
-            if self._reported_wrong(entry, key, vector):
+            if entry.id is not None and self.wrong_answers.reported_wrong(entry.id, key.exact, vector):
                 return "reported wrong for this query"
         results = guards.check(key.prompt, candidate, policy.guards)
         decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail} for r in results]
@@ -219,14 +211,6 @@ class SemanticTier:
             if score < policy.verifier_min_score:
                 return "verifier"
         return None
-
-    def _reported_wrong(self, entry: CacheEntry, key: RequestKey, vector: np.ndarray) -> bool:
-        for negative in self._negatives.get(entry.id or -1, []):
-            if negative.query_key == key.exact:
-                return True
-            if negative.vector is not None and float(negative.vector @ vector) >= _SAME_QUERY_COSINE:
-                return True
-        return False
 
     def close(self) -> None:
         self._search_thread.shutdown(wait=False)

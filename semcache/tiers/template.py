@@ -155,3 +155,15 @@ def _phrase_key(text: str) -> str:
     """How a prompt matches a template's phrasing exactly: as the exact tier does, and also in any
     case and spacing. An operator wrote each phrasing for every spelling of that question."""
     return " ".join(normalize(text).casefold().split())
+
+
+class LiveTemplates:
+    """The template tier in service. A reload (``semcache templates reload``, or another replica's)
+    builds a whole new tier and swaps it in with one assignment, so a lookup sees the old tier or
+    the new, never half of each."""
+
+    def __init__(self, tier: TemplateTier) -> None:
+        self.tier = tier
+
+    def swap(self, tier: TemplateTier) -> None:
+        self.tier = tier
