@@ -24,8 +24,7 @@ from .entries import PendingAccesses
 from .errors import StoreUnavailable
 from .index import ScopedVectorIndex
 from .language import detect_script
-from .protocols import EvidenceStore, Store
-from .stores import SQLiteStore
+from .protocols import EvidenceStore, IndexSource, ReembeddableStore, SweptStore
 
 log = logging.getLogger("semcache.maintenance")
 
@@ -33,7 +32,7 @@ _MODEL_META_KEY = "embedding_model"
 
 
 async def restore_index(
-    store: SQLiteStore, index: ScopedVectorIndex, embedder: BatchingEmbedder, snapshot_dir: Path
+    store: ReembeddableStore, index: ScopedVectorIndex, embedder: BatchingEmbedder, snapshot_dir: Path
 ) -> dict[str, float]:
     """Bring ``index`` up to date with the embedded store; returns what it did, for the logs."""
     started = time.monotonic()
@@ -61,7 +60,7 @@ async def load_snapshot(index: ScopedVectorIndex, snapshot_dir: Path, model: str
         return None
 
 
-async def reconcile_index(store: Store, index: ScopedVectorIndex) -> dict[str, float]:
+async def reconcile_index(store: IndexSource, index: ScopedVectorIndex) -> dict[str, float]:
     """Drop from ``index`` what the store no longer has, and add what it lacks from the stored
     vectors (nothing is re-embedded)."""
     stored = await store.stored_ids()
@@ -86,7 +85,7 @@ def _add_grouped(index: ScopedVectorIndex, ids: list[int], scopes: list[str], ve
         index.add(scope, np.asarray([ids[r] for r in rows]), vectors[rows])
 
 
-async def _reembed_changed(store: SQLiteStore, embedder: BatchingEmbedder, previous: EmbeddingRoutes) -> None:
+async def _reembed_changed(store: ReembeddableStore, embedder: BatchingEmbedder, previous: EmbeddingRoutes) -> None:
     """Re-embed the stored prompts whose model changed: adding a model for Chinese leaves the
     English entries' vectors as they are."""
     routes = embedder.router.routes
@@ -111,7 +110,7 @@ async def _reembed_changed(store: SQLiteStore, embedder: BatchingEmbedder, previ
         log.info("re-embedded %d/%d prompts", start + len(batch), len(changed))
 
 
-async def _stored_dimension(store: SQLiteStore) -> int | None:
+async def _stored_dimension(store: ReembeddableStore) -> int | None:
     ids = await store.stored_ids()
     if not ids:
         return None
@@ -124,7 +123,7 @@ class Maintenance:
     """The background sweeper: expiry, the size bound, index rebuilds and snapshots."""
 
     accesses: PendingAccesses
-    store: Store
+    store: SweptStore
     index: ScopedVectorIndex
     snapshot_dir: Path
     max_entries: int

@@ -29,7 +29,7 @@ from .entries import CacheEntry, EntryQuery, RemovedEntry
 from .errors import InvalidRequest
 from .index import ScopedVectorIndex
 from .language import detect_script
-from .protocols import Store
+from .protocols import OperatorStore
 from .quality import NamespacePolicies
 from .tiers import TemplateTier, load_templates
 from .tiers.template import LiveTemplates
@@ -143,7 +143,7 @@ class ExportedEntry(BaseModel):
 class EntryAdmin:
     """Entry management over the store, the index and the embedder the request path uses."""
 
-    store: Store
+    store: OperatorStore
     index: ScopedVectorIndex
     embedder: BatchingEmbedder
     templates: LiveTemplates

@@ -38,7 +38,7 @@ from .keys import (
 )
 from .limits import fit_context
 from .observer import NullObserver, Observer, timed
-from .protocols import Store, Upstream, Verifier
+from .protocols import AnswerStore, Upstream, Verifier
 from .quality import Decision, DecisionLog, NamespacePolicies
 from .tiers import ExactTier, Hit, SemanticTier
 from .tiers.semantic import Probe
@@ -123,7 +123,7 @@ class Lookup:
 
 @dataclass
 class Pipeline:
-    store: Store
+    store: AnswerStore
     index: ScopedVectorIndex
     embedder: BatchingEmbedder
     upstream: Upstream

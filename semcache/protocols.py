@@ -27,8 +27,16 @@ class Embedder(Protocol):
 Verifier = Callable[[str, Sequence[str]], list[float]]
 
 
-class Store(Protocol):
-    """Durable home of cache entries. The FAISS index is derived from it and rebuilt from it.
+class EntryReader(Protocol):
+    """What the tiers read: an entry by id or by exact key."""
+
+    async def get(self, entry_id: int) -> CacheEntry | None: ...
+
+    async def get_by_exact_key(self, exact_key: str) -> CacheEntry | None: ...
+
+
+class AnswerStore(EntryReader, Protocol):
+    """What the request path writes: answers, and what clients and the judge found wrong.
 
     Contract: once ``put`` returns, the entry survives a crash of this process.
     """
@@ -38,13 +46,19 @@ class Store(Protocol):
         what was replaced."""
         ...
 
-    async def put_many(self, entries: Sequence[CacheEntry]) -> list[tuple[int, list[RemovedEntry]]]:
-        """``put`` for a batch (an import), in fewer round trips; results in the order given."""
+    async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]: ...
+
+    async def add_negative_feedback(self, feedback: NegativeFeedback, raise_min_similarity_to: float | None) -> None:
+        """Record that an entry was wrong for a query; optionally raise the entry's own threshold."""
         ...
 
-    async def get(self, entry_id: int) -> CacheEntry | None: ...
+    async def raise_min_similarity(self, entry_id: int, to: float) -> None:
+        """Raise the entry's own threshold to at least ``to`` (its answer was judged wrong below it)."""
+        ...
 
-    async def get_by_exact_key(self, exact_key: str) -> CacheEntry | None: ...
+
+class SweptStore(Protocol):
+    """What the sweeper needs: recency, expiry and the size bound."""
 
     async def touch(self, accesses: dict[int, float]) -> None:
         """Record hits: entry id to the time of its latest access."""
@@ -54,23 +68,9 @@ class Store(Protocol):
 
     async def evict_least_recently_used(self, keep: int) -> list[RemovedEntry]: ...
 
-    async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]: ...
 
-    async def count(self) -> int: ...
-
-    async def add_negative_feedback(self, feedback: NegativeFeedback, raise_min_similarity_to: float | None) -> None:
-        """Record that an entry was wrong for a query; optionally raise the entry's own threshold."""
-        ...
-
-    async def negative_feedback(self) -> list[NegativeFeedback]: ...
-
-    async def raise_min_similarity(self, entry_id: int, to: float) -> None:
-        """Raise the entry's own threshold to at least ``to`` (its answer was judged wrong below it)."""
-        ...
-
-    async def namespace_configs(self) -> dict[str, dict[str, Any]]: ...
-
-    async def set_namespace_config(self, namespace: str, config: dict[str, Any]) -> None: ...
+class IndexSource(Protocol):
+    """What the FAISS index is rebuilt and reconciled from."""
 
     async def stored_ids(self) -> set[int]:
         """The ids of every stored entry, to reconcile the index with."""
@@ -80,6 +80,18 @@ class Store(Protocol):
         """The stored vectors of those entries that still exist: (ids, scopes, matrix)."""
         ...
 
+
+class OperatorStore(EntryReader, IndexSource, Protocol):
+    """What operators' work on entries needs (semcache.management): scans, imports, deletes."""
+
+    async def put_many(self, entries: Sequence[CacheEntry]) -> list[tuple[int, list[RemovedEntry]]]:
+        """``put`` for a batch (an import), in fewer round trips; results in the order given."""
+        ...
+
+    async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]: ...
+
+    async def count(self) -> int: ...
+
     def entries(
         self, query: EntryQuery, *, after_id: int = 0, batch_size: int = ..., with_vectors: bool = False
     ) -> AsyncIterator[list[CacheEntry]]:
@@ -88,7 +100,39 @@ class Store(Protocol):
         included; vectors are read only ``with_vectors``. For operators, not the request path."""
         ...
 
+
+class SettingsStore(Protocol):
+    """What the service keeps besides entries: namespace settings and negative feedback."""
+
+    async def namespace_configs(self) -> dict[str, dict[str, Any]]: ...
+
+    async def set_namespace_config(self, namespace: str, config: dict[str, Any]) -> None: ...
+
+    async def negative_feedback(self) -> list[NegativeFeedback]: ...
+
+
+class Store(AnswerStore, SweptStore, OperatorStore, SettingsStore, Protocol):
+    """Durable home of cache entries, every role together: what the app factory opens and hands
+    out, each part seeing only its role. The FAISS index is derived from it and rebuilt from it."""
+
     async def close(self) -> None: ...
+
+
+class ReembeddableStore(IndexSource, Protocol):
+    """What a start on the embedded store needs when the embedding models changed: the model the
+    vectors were made with, the prompts to embed again, and the evidence that no longer holds."""
+
+    async def get_meta(self, key: str) -> str | None: ...
+
+    async def set_meta(self, key: str, value: str) -> None: ...
+
+    async def prompts(self) -> list[tuple[int, str, str]]:
+        """(id, namespace, prompt) of every entry."""
+        ...
+
+    async def set_vectors(self, entry_ids: list[int], vectors: np.ndarray) -> None: ...
+
+    async def clear_evidence(self, namespace: str | None) -> None: ...
 
 
 class EvidenceStore(Protocol):

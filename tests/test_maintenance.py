@@ -35,7 +35,7 @@ class TouchStore:
 
 def sweeper(store: TouchStore, accesses: PendingAccesses, tmp_path: Path) -> Maintenance:
     return Maintenance(
-        accesses=accesses, store=store, index=ScopedVectorIndex(4), snapshot_dir=tmp_path,  # type: ignore[arg-type]
+        accesses=accesses, store=store, index=ScopedVectorIndex(4), snapshot_dir=tmp_path,
         max_entries=10, sweep_interval_s=1, snapshot_interval_s=60, embedding_model="test", clock=lambda: 1234.0,
     )  # fmt: skip
 

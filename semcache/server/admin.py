@@ -196,7 +196,7 @@ async def put_namespace_config(namespace: str, update: NamespaceConfigUpdate, re
         pipeline.policies.set(namespace, changes)
     except ValueError as exc:
         raise InvalidRequest(str(exc), code="invalid_config") from exc
-    await pipeline.store.set_namespace_config(namespace, pipeline.policies.overrides(namespace))
+    await request.app.state.semcache.store.set_namespace_config(namespace, pipeline.policies.overrides(namespace))
     return _namespace_config(pipeline, namespace)
 
 

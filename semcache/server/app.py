@@ -63,6 +63,7 @@ class AppState:
     stats: Stats = field(default_factory=Stats)
     metrics: Metrics = field(default_factory=Metrics)
     pipeline: Pipeline | None = None
+    store: Store | None = None  # every role; the pipeline and the others see only theirs
     entry_admin: EntryAdmin | None = None
     maintenance: Maintenance | None = None
     rate_limiter: RateLimiter | None = None
@@ -308,7 +309,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         )
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
         state.entry_admin = EntryAdmin(store, index, batcher, live_templates, policies, pipeline.clock)
-        state.pipeline, state.evidence_store = pipeline, evidence_store
+        state.pipeline, state.store, state.evidence_store = pipeline, store, evidence_store
         cleanup.pop_all()  # from here on, _shutdown closes them
         log.info("semcache is ready: %d entries", len(index))
     except asyncio.CancelledError:
@@ -385,7 +386,8 @@ async def _shutdown(state: AppState) -> None:
                 await share_evidence(pipeline.budgets, state.maintenance.evidence_store)
         await pipeline.embedder.close()
         pipeline.semantic.close()
-        await pipeline.store.close()
+        if state.store is not None:
+            await state.store.close()
     if state.upstream is not None:
         await state.upstream.close()
 

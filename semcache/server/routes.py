@@ -143,7 +143,7 @@ async def stats(request: Request) -> dict[str, Any]:
     index = pipeline.index.stats()
     maintenance = state.maintenance
     try:
-        entries: int | None = await pipeline.store.count()
+        entries: int | None = await state.store.count()
     except StoreUnavailable:
         entries = None
     return {

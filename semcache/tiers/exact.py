@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from ..keys import RequestKey
 from ..observer import NullObserver, Observer, timed
-from ..protocols import Store
+from ..protocols import EntryReader
 from .base import Hit
 
 
 class ExactTier:
-    def __init__(self, store: Store, observer: Observer | None = None) -> None:
+    def __init__(self, store: EntryReader, observer: Observer | None = None) -> None:
         self._store = store
         self._observer = observer or NullObserver()
 

@@ -34,7 +34,7 @@ from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
 from ..keys import RequestKey
 from ..observer import NullObserver, Observer, timed
-from ..protocols import Store, Verifier
+from ..protocols import EntryReader, Verifier
 from ..quality import Decision, NamespacePolicies, QualityPolicy
 from .base import Hit
 
@@ -62,7 +62,7 @@ class SemanticTier:
     def __init__(
         self,
         index: ScopedVectorIndex,
-        store: Store,
+        store: EntryReader,
         policies: NamespacePolicies,
         verifier: Verifier | None = None,
         on_decision: Callable[[Decision], None] | None = None,
