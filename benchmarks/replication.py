@@ -75,7 +75,7 @@ PREFIX = "bench"
 # Nothing is embedded while a replica restores: the hashing embedder only names the model, and
 # that name must match the one recorded in the cache's meta hash.
 MODEL_NAME = HashingEmbedder(dimension=DIMENSION).name
-TTL_S = 7 * 24 * 3600  # the default --ttl
+TTL_S = 7 * 24 * 3600  # the default ttl_s
 LOAD_BATCH = 1000  # put scripts per pipeline
 GENERATE_BATCH = 10_000  # entries generated at once (vectors drawn per batch)
 PART_NAMES = ("cold_start", "hit_latency", "replication_lag")

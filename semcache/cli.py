@@ -25,7 +25,14 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from .settings import ENV_PREFIX, Settings, SettingsError, read_config_file, unknown_environment_variables
+from .settings import (
+    ENV_PREFIX,
+    OLD_ENV_NAMES,
+    Settings,
+    SettingsError,
+    read_config_file,
+    unknown_environment_variables,
+)
 from .stats_report import stats_report
 
 app = typer.Typer(
@@ -57,7 +64,10 @@ def serve(
     threshold: Annotated[
         float | None, typer.Option(help="Minimum cosine (0-1) for a semantic hit. (env SEMCACHE_THRESHOLD)")
     ] = None,
-    ttl: Annotated[float | None, typer.Option(help="Default TTL in seconds, 0 = forever. (env SEMCACHE_TTL)")] = None,
+    ttl_s: Annotated[
+        float | None,
+        typer.Option("--ttl-s", "--ttl", help="Default TTL in seconds, 0 = forever. (env SEMCACHE_TTL)"),
+    ] = None,
     max_entries: Annotated[
         int | None, typer.Option(help="Size bound, LRU eviction. (env SEMCACHE_MAX_ENTRIES)")
     ] = None,
@@ -97,7 +107,7 @@ def serve(
         "data_dir": data_dir,
         "templates": templates,
         "threshold": threshold,
-        "ttl": ttl,
+        "ttl_s": ttl_s,
         "max_entries": max_entries,
         "config": config,
         "backend": backend,
@@ -553,6 +563,8 @@ def config_command(
             source = "--config"
         elif f"{ENV_PREFIX}{name.upper()}" in environment:
             source = f"{ENV_PREFIX}{name.upper()}"
+        elif OLD_ENV_NAMES.get(name) in environment:
+            source = OLD_ENV_NAMES[name]
         elif name in from_file:
             source = str(settings.config)
         else:

@@ -15,7 +15,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import annotated_types
 from pydantic.fields import FieldInfo
 
-from .settings import ENV_PREFIX, Settings
+from .settings import ENV_PREFIX, OLD_ENV_NAMES, Settings
 
 REGENERATE = "semcache config --markdown > docs/configuration.md"
 
@@ -88,7 +88,8 @@ def _last_of_section(name: str) -> bool:
 
 
 def _row(name: str, field: FieldInfo, flag: str | None) -> str:
-    spellings = [f"`{name}`", f"`{ENV_PREFIX}{name.upper()}`", *([f"`{flag}`"] if flag else [])]
+    variables = [f"{ENV_PREFIX}{name.upper()}", *([OLD_ENV_NAMES[name]] if name in OLD_ENV_NAMES else [])]
+    spellings = [f"`{name}`", *(f"`{variable}`" for variable in variables), *([f"`{flag}`"] if flag else [])]
     cells = ["<br>".join(spellings), format_default(field), _values(field), field.description or ""]
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 

@@ -7,6 +7,7 @@ the YAML file named by ``--config`` / ``SEMCACHE_CONFIG``, then the defaults bel
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -25,6 +26,10 @@ from .quality import validate_thresholds
 from .wire import MAX_JSON_DEPTH, MAX_MESSAGES, MAX_TOOLS
 
 ENV_PREFIX = "SEMCACHE_"
+# Settings renamed to say their unit: the old name still works in a file and as a keyword, with a
+# warning. Their environment variables keep their old names (and take the new ones too).
+RENAMED_SETTINGS = {"ttl": "ttl_s"}
+OLD_ENV_NAMES = {"ttl_s": "SEMCACHE_TTL"}
 # SEMCACHE_* variables that the test suite and the benchmarks read, not the service.
 TOOL_VARIABLES = frozenset(
     {"SEMCACHE_RELIABILITY", "SEMCACHE_REQUIRE_SHARED_DATA", "SEMCACHE_LOAD_WORKLOAD", "SEMCACHE_LOAD_REQUESTS"}
@@ -45,6 +50,8 @@ ACCOUNT_ROUTES = ("files", "uploads", "batches", "fine_tuning", "assistants", "t
 # The longest lifetime an entry may be given, by the ttl setting or a request's X-Semcache-TTL:
 # ten years, far inside what every store can count in milliseconds.
 MAX_TTL_S = 315_360_000
+
+log = logging.getLogger("semcache.settings")
 
 
 class SettingsError(ValueError):
@@ -181,11 +188,13 @@ class Settings(BaseSettings):
     redis_feed_max_len: int = Field(
         100_000, ge=1000, description="Change-feed events kept; a replica further behind reconciles instead."
     )
-    ttl: float = Field(
+    ttl_s: float = Field(
         7 * 24 * 3600,
         ge=0,
         le=MAX_TTL_S,
-        description="Default entry lifetime in seconds, at most ten years; 0 keeps entries forever.",
+        description="Default entry lifetime in seconds, at most ten years; 0 keeps entries forever. Formerly "
+        "`ttl`: that name still works in a file or as a keyword, with a warning; `--ttl` and SEMCACHE_TTL are "
+        "unchanged.",
     )
     max_entries: int = Field(1_000_000, ge=1, description="Size bound; the least recently used entries go first.")
     sweep_interval_s: float = Field(30.0, gt=0, description="How often expired and surplus entries are removed.")
@@ -401,6 +410,9 @@ class Settings(BaseSettings):
         """Where the onnx embedding backends keep their exported models."""
         return self.embedding_cache_dir or self.data_dir / "models"
 
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**_current_names(values, "argument"))
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -411,7 +423,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         _reject_unknown(dict.fromkeys(init_settings()), "")
-        return init_settings, env_settings, _YamlFileSource(settings_cls, init_settings)
+        return init_settings, env_settings, _OldEnvNames(settings_cls), _YamlFileSource(settings_cls, init_settings)
 
 
 def _closest_setting(name: str) -> str | None:
@@ -424,7 +436,7 @@ def _reject_unknown(names: Mapping[str, int | None], where: str) -> None:
     """Raises SettingsError for the first name that is not a setting, naming the closest one.
     ``names`` maps each name as written to its line in the file ``where``, if known."""
     for name, line in names.items():
-        if _setting_name(name) in Settings.model_fields:
+        if _setting_name(name) in Settings.model_fields or _setting_name(name) in RENAMED_SETTINGS:
             continue
         prefix = f"{where}, line {line}: " if line else f"{where}: " if where else ""
         closest = _closest_setting(name)
@@ -437,6 +449,19 @@ def _setting_name(key: object) -> str:
     return str(key).replace("-", "_")
 
 
+def _current_names(values: dict[str, Any], kind: str, where: str = "") -> dict[str, Any]:
+    """``values`` with renamed settings under their new names, each old one warned about; the new
+    name wins when both are given."""
+    renamed = dict(values)
+    for old, new in RENAMED_SETTINGS.items():
+        if old in renamed:
+            value = renamed.pop(old)
+            renamed.setdefault(new, value)
+            place = f"{where}: " if where else ""
+            log.warning("%sthe %s '%s' is now '%s'; the old name still works, for now", place, kind, old, new)
+    return renamed
+
+
 def unknown_environment_variables(environ: Mapping[str, str]) -> list[str]:
     """Warnings for SEMCACHE_* variables that are no setting: they are ignored, as ever, but a
     misspelt one should not go unnoticed."""
@@ -445,11 +470,23 @@ def unknown_environment_variables(environ: Mapping[str, str]) -> list[str]:
         upper = variable.upper()
         if not upper.startswith(ENV_PREFIX) or upper in TOOL_VARIABLES:
             continue
-        if upper.removeprefix(ENV_PREFIX).lower() not in Settings.model_fields:
+        if upper.removeprefix(ENV_PREFIX).lower() not in Settings.model_fields and upper not in OLD_ENV_NAMES.values():
             closest = _closest_setting(variable)
             hint = f" (did you mean {ENV_PREFIX}{closest.upper()}?)" if closest else ""
             warnings.append(f"{variable} is not a semcache setting and is ignored{hint}")
     return warnings
+
+
+class _OldEnvNames(PydanticBaseSettingsSource):
+    """The environment variables of renamed settings, under their old names (``SEMCACHE_TTL``);
+    the variable of the new name, read by the ordinary source, wins."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every old name at once
+
+    def __call__(self) -> dict[str, Any]:
+        by_name = {name.upper(): value for name, value in os.environ.items()}
+        return {field: by_name[variable] for field, variable in OLD_ENV_NAMES.items() if variable in by_name}
 
 
 class _YamlFileSource(PydanticBaseSettingsSource):
@@ -481,7 +518,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
         raise SettingsError(f"{path}: must hold a mapping of setting names to values")
     _reject_unknown({str(key.value): key.start_mark.line + 1 for key, _ in root.value}, str(path))
-    return {_setting_name(key): value for key, value in data.items()}
+    return _current_names({_setting_name(key): value for key, value in data.items()}, "setting", str(path))
 
 
 def yaml_problem(path: Path | str, exc: yaml.YAMLError) -> str:

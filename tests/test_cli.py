@@ -122,9 +122,14 @@ def test_serve_with_an_invalid_threshold() -> None:
     assert_friendly(result, "error:", "invalid settings", "threshold")
 
 
+@pytest.mark.parametrize("flag", ["--ttl-s", "--ttl"])
+def test_the_ttl_flag_keeps_its_old_spelling(flag: str) -> None:
+    assert_friendly(runner.invoke(app, ["serve", flag, "-5"]), "invalid settings", "ttl_s")
+
+
 def test_serve_with_an_invalid_value_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SEMCACHE_TTL", "-5")
-    assert_friendly(runner.invoke(app, ["serve"]), "invalid settings", "ttl")
+    assert_friendly(runner.invoke(app, ["serve"]), "invalid settings", "ttl_s")
 
 
 def test_serve_with_an_unreadable_config_file(tmp_path: Path) -> None:
@@ -185,7 +190,7 @@ def test_config_shows_each_setting_in_force_and_where_it_came_from(
     assert result.exit_code == 0, result.output
     rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") == 4}
     assert "0.93" in rows["threshold"] and str(config) in rows["threshold"]
-    assert "60" in rows["ttl"] and "SEMCACHE_TTL" in rows["ttl"]
+    assert "60" in rows["ttl_s"] and "SEMCACHE_TTL" in rows["ttl_s"]
     assert "default" in rows["port"] and "8080" in rows["port"]
     assert "(set)" in rows["admin_key"] and "admin-secret-1234" not in result.output
     assert "hunter2" not in result.output and "user:***@upstream.internal" in rows["upstream_url"]

@@ -138,7 +138,7 @@ def test_ttl_header_expires_the_entry(client: openai.OpenAI, upstream: StandinUp
 
 
 def test_default_ttl_and_background_expiry(make_client, serve: Callable[..., str], upstream: StandinUpstream) -> None:
-    url = serve(ttl=1)
+    url = serve(ttl_s=1)
     client = make_client(url)
     ask(client, QUESTION)
     assert httpx.get(f"{url}/stats").json()["entries"] == 1

@@ -30,7 +30,7 @@ def test_defaults() -> None:
     assert settings.port == 8080
     assert settings.upstream_url == "https://api.openai.com/v1"
     assert settings.threshold == DEFAULT_THRESHOLD == 0.91
-    assert settings.ttl == 7 * 24 * 3600
+    assert settings.ttl_s == 7 * 24 * 3600
     assert settings.data_dir == Path("index")
     assert settings.templates is None
     assert settings.config is None
@@ -45,7 +45,7 @@ def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings()
     assert settings.threshold == 0.8
     assert settings.upstream_url == "http://127.0.0.1:8000/v1"  # trailing slash dropped
-    assert settings.ttl == 60.0
+    assert settings.ttl_s == 60.0
     assert settings.data_dir == Path("/var/lib/semcache")
 
 
@@ -71,7 +71,7 @@ def test_yaml_file_named_by_semcache_config(tmp_path: Path, monkeypatch: pytest.
     path = write_yaml(tmp_path, "ttl: 120\ndata_dir: /srv/cache\n")
     monkeypatch.setenv("SEMCACHE_CONFIG", str(path))
     settings = Settings()
-    assert settings.ttl == 120
+    assert settings.ttl_s == 120
     assert settings.data_dir == Path("/srv/cache")
     assert settings.config == path
 
@@ -142,7 +142,7 @@ def test_precedence_kwargs_then_env_then_yaml_then_default(tmp_path: Path, monke
     monkeypatch.setenv("SEMCACHE_TTL", "20")
     settings = Settings(config=path, threshold=0.7)
     assert settings.threshold == 0.7  # explicit beats env and YAML
-    assert settings.ttl == 20  # env beats YAML
+    assert settings.ttl_s == 20  # env beats YAML
     assert settings.port == 7000  # YAML beats the default
     assert settings.host == "127.0.0.1"  # default
 
@@ -154,7 +154,7 @@ def test_precedence_kwargs_then_env_then_yaml_then_default(tmp_path: Path, monke
         ("threshold", -0.1),
         ("template_threshold", 2),
         ("port", 70000),
-        ("ttl", -1),
+        ("ttl_s", -1),
         ("max_entries", 0),
     ],
 )
@@ -193,3 +193,20 @@ def test_prices_from_the_environment_and_from_yaml(monkeypatch: pytest.MonkeyPat
 def test_invalid_prices_raise(prices: dict[str, dict[str, float]]) -> None:
     with pytest.raises(ValidationError, match="prices"):
         Settings(prices=prices)
+
+
+def test_a_renamed_setting_is_still_read_under_its_old_name_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert Settings(ttl=30).ttl_s == 30
+    assert "the argument 'ttl' is now 'ttl_s'" in caplog.text
+    path = write_yaml(tmp_path, "ttl: 40\n")
+    assert Settings(config=path).ttl_s == 40
+    assert f"{path}: the setting 'ttl' is now 'ttl_s'" in caplog.text
+    assert Settings(ttl=1, ttl_s=2).ttl_s == 2  # the new name wins
+    monkeypatch.setenv("SEMCACHE_TTL", "50")  # the variable keeps its name, without a warning
+    caplog.clear()
+    assert Settings().ttl_s == 50 and caplog.text == ""
+    monkeypatch.setenv("SEMCACHE_TTL_S", "60")  # and the new one wins
+    assert Settings().ttl_s == 60
+    assert unknown_environment_variables({"SEMCACHE_TTL": "1", "SEMCACHE_TTL_S": "1"}) == []

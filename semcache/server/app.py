@@ -270,7 +270,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             templates=live_templates,
             tokens=tokens,
             policies=policies,
-            default_ttl_s=settings.ttl,
+            default_ttl_s=settings.ttl_s,
             max_answer_bytes=settings.max_answer_bytes,
             max_temperature=settings.max_temperature,
             verifier=await asyncio.to_thread(load_verifier, settings),
