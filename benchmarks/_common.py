@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from semcache.testing.servers import free_port
+from semcache.testing.uvicorn_thread import free_port
 
 
 @contextmanager

@@ -24,8 +24,9 @@ import numpy as np
 from semcache.embedders import load_embedder
 from semcache.server import create_app
 from semcache.settings import Settings
-from semcache.testing.redis_server import RedisServer
-from semcache.testing.servers import ThreadedUvicorn, wait_healthy
+from semcache.testing.uvicorn_thread import ThreadedUvicorn
+from testkit.redis_server import RedisServer
+from testkit.servers import wait_healthy
 
 _KEY = "benchmark-admin-key"
 _JSONL = {"Content-Type": "application/x-ndjson"}  # /admin refuses bodies that are not JSON or JSONL

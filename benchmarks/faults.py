@@ -60,10 +60,11 @@ from typing import Any, Literal
 import httpx
 import openai
 
-from semcache.testing.redis_server import RedisServer
-from semcache.testing.reliability import full_mode
-from semcache.testing.secrets_scan import scan_logs
-from semcache.testing.servers import SemcacheProcess, free_port
+from semcache.testing.uvicorn_thread import free_port
+from testkit.redis_server import RedisServer
+from testkit.reliability import full_mode
+from testkit.secrets_scan import scan_logs
+from testkit.servers import SemcacheProcess
 
 ROOT = Path(__file__).resolve().parent
 MODEL = "gpt-4o-mini"

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from semcache.testing.servers import SemcacheProcess
+from testkit.servers import SemcacheProcess
 
 from ._common import pyplot, standin_process
 

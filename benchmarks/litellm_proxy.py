@@ -30,8 +30,8 @@ from typing import Any, Literal
 import httpx
 import yaml
 
-from semcache.testing.redis_server import RedisServer
-from semcache.testing.servers import free_port
+from semcache.testing.uvicorn_thread import free_port
+from testkit.redis_server import RedisServer
 
 from .http_load import MODEL, Reply
 from .quality_vs_gptcache import BenchmarkError, run_step, stderr

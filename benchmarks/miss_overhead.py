@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from semcache.testing.servers import SemcacheProcess
+from testkit.servers import SemcacheProcess
 
 from ._common import standin_process
 

@@ -63,9 +63,9 @@ from semcache.index import ScopedVectorIndex
 from semcache.replication import Replica
 from semcache.stats import Stats
 from semcache.stores.redis import RedisStore, _entry_fields
-from semcache.testing.fakes import HashingEmbedder
-from semcache.testing.redis_server import RedisServer
-from semcache.testing.servers import SemcacheProcess
+from testkit.fakes import HashingEmbedder
+from testkit.redis_server import RedisServer
+from testkit.servers import SemcacheProcess
 
 from ._common import pyplot, standin_process
 from .index_search import DIMENSION, synthetic

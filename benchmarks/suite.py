@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from semcache.testing.servers import SemcacheProcess
+from testkit.servers import SemcacheProcess
 
 from . import report
 from ._common import standin_process

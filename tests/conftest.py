@@ -17,8 +17,9 @@ from semcache.embedders import load_embedder
 from semcache.protocols import Embedder
 from semcache.server import create_app
 from semcache.settings import Settings
-from semcache.testing.servers import ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.testing.uvicorn_thread import ThreadedUvicorn
+from testkit.servers import wait_healthy
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The team's labelled evaluation data, beside the checkout as CI lays it out; a plain clone lacks it.

@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from semcache import cli
 from semcache.embedders.sentence_transformer import SentenceTransformerEmbedder
 from semcache.protocols import Embedder
-from semcache.testing.redis_server import RedisServer
 from semcache.testing.standin_upstream import StandinUpstream
+from testkit.redis_server import RedisServer
 
 from .conftest import ask
 from .test_replicas import Replicas, wait_for

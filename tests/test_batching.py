@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from semcache.embedders import BatchingEmbedder, FollowUp
-from semcache.testing.fakes import HashingEmbedder
+from testkit.fakes import HashingEmbedder
 
 TEXTS = [f"question number {i} about topic {i % 7}" for i in range(50)]
 

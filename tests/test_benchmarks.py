@@ -159,7 +159,7 @@ def test_the_load_generators_client_reads_every_framing_and_outlives_a_closed_co
     from starlette.routing import Route
 
     from benchmarks.http_load import HttpClient
-    from semcache.testing.servers import ThreadedUvicorn
+    from semcache.testing.uvicorn_thread import ThreadedUvicorn
 
     async def answer(request: Request) -> Response:
         kind = (await request.json())["kind"]

@@ -13,7 +13,7 @@ import pytest
 from semcache.budget import BudgetRule, ErrorBudgets, share_evidence
 from semcache.stores import SQLiteStore
 from semcache.stores.redis import RedisStore
-from semcache.testing.redis_server import RedisServer
+from testkit.redis_server import RedisServer
 
 RULE = BudgetRule(prior=0.91, target_error=0.01)
 

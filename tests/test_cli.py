@@ -22,7 +22,7 @@ from semcache import cli
 from semcache.cli import app
 from semcache.settings import Settings
 from semcache.stats import Stats
-from semcache.testing.servers import ThreadedUvicorn, free_port
+from semcache.testing.uvicorn_thread import ThreadedUvicorn, free_port
 
 runner = CliRunner(env={"COLUMNS": "120"})  # for typer's help screens
 

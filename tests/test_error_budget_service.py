@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from semcache.testing.servers import SemcacheProcess
 from semcache.testing.standin_upstream import StandinUpstream
+from testkit.servers import SemcacheProcess
 
 from .conftest import ask, chat
 

@@ -16,9 +16,9 @@ from semcache.server import create_app
 from semcache.server.access import AccessPolicy
 from semcache.server.fastpath import DirectRoute
 from semcache.settings import Settings
-from semcache.testing.fakes import HashingEmbedder
-from semcache.testing.servers import SemcacheProcess
 from semcache.testing.standin_upstream import StandinUpstream
+from testkit.fakes import HashingEmbedder
+from testkit.servers import SemcacheProcess
 
 from .test_hostile_http import READ_TIMEOUT_S, assert_timed_out_with_408, chat_body, trickle
 from .test_limits import raw_request

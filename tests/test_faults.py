@@ -33,8 +33,8 @@ from semcache.entries import CacheEntry
 from semcache.errors import StoreUnavailable
 from semcache.index import ScopedVectorIndex
 from semcache.stores import SQLiteStore
-from semcache.testing.reliability import full_mode
-from semcache.testing.secrets_scan import scan_logs
+from testkit.reliability import full_mode
+from testkit.secrets_scan import scan_logs
 
 pytestmark = pytest.mark.reliability
 

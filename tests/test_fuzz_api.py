@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from semcache.testing.reliability import full_mode
+from testkit.reliability import full_mode
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -24,9 +24,9 @@ from semcache.keys import bypass_reason, normalize, request_key
 from semcache.pipeline import _StreamedAnswer
 from semcache.server.limits import RequestBounds
 from semcache.settings import Settings
-from semcache.testing.reliability import full_mode
 from semcache.upstreams.remote import RemoteUpstream, parse_sse
 from semcache.wire import ChatCompletionRequest, parse_json_body
+from testkit.reliability import full_mode
 
 pytestmark = pytest.mark.reliability
 

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from semcache import cli
 from semcache.server.access import AccessPolicy
-from semcache.testing.servers import SemcacheProcess
 from semcache.testing.standin_upstream import StandinUpstream
+from testkit.servers import SemcacheProcess
 
 pytestmark = pytest.mark.slow
 

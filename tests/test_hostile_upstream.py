@@ -32,8 +32,6 @@ from semcache.errors import UpstreamAnswerTooLarge, UpstreamStatusError
 from semcache.keys import request_key
 from semcache.logs import Redactor
 from semcache.pipeline import _clean_answer, _StreamedAnswer
-from semcache.testing.redis_server import RedisServer
-from semcache.testing.servers import SemcacheProcess
 from semcache.testing.standin_upstream import (
     AFTER_FINISH_TEXT,
     StandinUpstream,
@@ -43,6 +41,8 @@ from semcache.testing.standin_upstream import (
 from semcache.upstreams import RemoteUpstream
 from semcache.upstreams.resilience import ResilientUpstream, RetryPolicy
 from semcache.wire import ChatCompletionRequest
+from testkit.redis_server import RedisServer
+from testkit.servers import SemcacheProcess
 
 pytestmark = pytest.mark.slow
 

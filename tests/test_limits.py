@@ -16,10 +16,10 @@ import pytest
 from semcache.errors import InvalidRequest, RateLimited
 from semcache.limits import RateLimiter, fit_context
 from semcache.server.limits import RequestBounds
-from semcache.testing.servers import SemcacheProcess
 from semcache.testing.standin_upstream import StandinUpstream
 from semcache.tokens import TokenCounter
 from semcache.wire import ChatCompletionRequest
+from testkit.servers import SemcacheProcess
 
 
 class Clock:

@@ -19,7 +19,7 @@ from benchmarks.load.__main__ import parse_duration
 from benchmarks.load.report import MIB, MemoryBounds, MemorySample, memory_analysis
 from benchmarks.load.traffic import Traffic, Workload, api_keys_file_content, build_workload
 from semcache import normalize
-from semcache.testing.reliability import full_mode
+from testkit.reliability import full_mode
 
 from .conftest import SHARED_DATA
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from semcache.testing.tiny_model import build_tiny_causal_lm
+from testkit.tiny_model import build_tiny_causal_lm
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ import torch
 
 from semcache.errors import InvalidRequest, UpstreamError, UpstreamUnavailable
 from semcache.protocols import Upstream
-from semcache.testing.tiny_model import build_tiny_causal_lm
 from semcache.upstreams.local import LocalUpstream, transcript
+from testkit.tiny_model import build_tiny_causal_lm
 
 PROMPTS = [
     "hi",

@@ -23,8 +23,8 @@ from semcache.logs import (
     configure_logging,
     unbind_request_id,
 )
-from semcache.testing.servers import SemcacheProcess
 from semcache.testing.standin_upstream import StandinUpstream
+from testkit.servers import SemcacheProcess
 
 KEY_A = "sk-tenant-a-0001"
 KEY_B = "tenant-b-key-0002"  # no sk- prefix: only the configured key list can catch it
@@ -198,8 +198,9 @@ def test_an_unexpected_error_on_the_chat_route_is_a_logged_500_in_openai_shape_w
     handlers: a failure there still answers in OpenAI's shape, and is logged once, with the id."""
     from semcache.server import create_app
     from semcache.settings import Settings
-    from semcache.testing.fakes import HashingEmbedder
-    from semcache.testing.servers import ThreadedUvicorn, wait_healthy
+    from semcache.testing.uvicorn_thread import ThreadedUvicorn
+    from testkit.fakes import HashingEmbedder
+    from testkit.servers import wait_healthy
 
     class FailingEmbedder(HashingEmbedder):
         def embed(self, texts):  # type: ignore[no-untyped-def]

@@ -23,8 +23,9 @@ from semcache.index import IndexStats
 from semcache.metrics import OTHER_NAMESPACES, Metrics, Readings
 from semcache.server import create_app
 from semcache.settings import Settings
-from semcache.testing.servers import ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.testing.uvicorn_thread import ThreadedUvicorn
+from testkit.servers import wait_healthy
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "semcache-dashboard.json"
 QUESTION = "How do I learn Python quickly?"

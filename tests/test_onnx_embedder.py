@@ -20,8 +20,9 @@ from semcache.embedders.onnx import ModelFolder, OnnxEmbedder, _model_calls, exp
 from semcache.protocols import Embedder
 from semcache.server import create_app
 from semcache.settings import Settings
-from semcache.testing.servers import ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.testing.uvicorn_thread import ThreadedUvicorn
+from testkit.servers import wait_healthy
 
 from .conftest import SHARED_DATA, ask
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from semcache.testing.servers import SemcacheProcess
 from semcache.testing.standin_upstream import StandinUpstream
+from testkit.servers import SemcacheProcess
 
 from .conftest import chat, write_misses
 

@@ -16,7 +16,7 @@ import pytest
 from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback
 from semcache.errors import StoreUnavailable
 from semcache.stores.redis import RedisStore
-from semcache.testing.redis_server import RedisServer
+from testkit.redis_server import RedisServer
 
 
 def entry(exact_key: str, *, scope: str = "scope-a", expires_at: float | None = None, seed: int = 0) -> CacheEntry:

@@ -17,9 +17,10 @@ import pytest
 from semcache.embedders.sentence_transformer import SentenceTransformerEmbedder
 from semcache.server import create_app
 from semcache.settings import Settings
-from semcache.testing.redis_server import RedisServer
-from semcache.testing.servers import SemcacheProcess, ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.testing.uvicorn_thread import ThreadedUvicorn
+from testkit.redis_server import RedisServer
+from testkit.servers import SemcacheProcess, wait_healthy
 
 from .conftest import ask, chat, write_misses
 

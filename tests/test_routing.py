@@ -8,9 +8,9 @@ import pytest
 from semcache.embedders import BatchingEmbedder, EmbeddingRoutes, RoutedEmbedder
 from semcache.keys import request_key
 from semcache.quality import NamespacePolicies, QualityPolicy
-from semcache.testing.fakes import HashingEmbedder
 from semcache.tiers import Template, TemplateTier
 from semcache.wire import ChatCompletionRequest
+from testkit.fakes import HashingEmbedder
 
 ENGLISH, CHINESE = HashingEmbedder(64), HashingEmbedder(32)  # named hashing-64 and hashing-32
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from semcache.logs import JsonFormatter, Redactor, RequestContextFilter
-from semcache.testing.secrets_scan import scan_for_secrets, scan_logs
+from testkit.secrets_scan import scan_for_secrets, scan_logs
 
 CLIENT_KEY = "tenant-key-0123456789abcdef"
 ADMIN_KEY = "adm1n-s3cret-value"

@@ -13,9 +13,10 @@ import pytest
 
 from semcache.server import create_app
 from semcache.settings import Settings
-from semcache.testing.fakes import HashingEmbedder
-from semcache.testing.servers import ThreadedUvicorn, wait_healthy
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.testing.uvicorn_thread import ThreadedUvicorn
+from testkit.fakes import HashingEmbedder
+from testkit.servers import wait_healthy
 
 from .conftest import ask
 

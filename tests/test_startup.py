@@ -18,9 +18,9 @@ import pytest
 from semcache.cli import startup_summary, without_credentials
 from semcache.errors import UpstreamStatusError, UpstreamUnavailable
 from semcache.settings import Settings
-from semcache.testing.servers import SemcacheProcess
 from semcache.testing.standin_upstream import StandinUpstream
 from semcache.upstreams import RemoteUpstream
+from testkit.servers import SemcacheProcess
 
 PASSWORD = "url-password-1234"
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from semcache.keys import RequestKey, request_key
-from semcache.testing.fakes import HashingEmbedder
 from semcache.tiers.base import Hit
 from semcache.tiers.template import Template, TemplateTier, load_templates
 from semcache.wire import ChatCompletionRequest
+from testkit.fakes import HashingEmbedder
 
 HOURS_YAML = """\
 templates:

@@ -78,8 +78,9 @@ from typing import Any
 import httpx
 import yaml
 
-from semcache.testing.secrets_scan import scan_logs
-from semcache.testing.servers import SemcacheProcess, free_port, stop_process
+from semcache.testing.uvicorn_thread import free_port
+from testkit.secrets_scan import scan_logs
+from testkit.servers import SemcacheProcess, stop_process
 
 from .._common import pyplot, wait_for_standin
 from .report import (

@@ -43,7 +43,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from .servers import ThreadedUvicorn
+from .uvicorn_thread import ThreadedUvicorn
 
 MODEL_ID = "standin-model"
 # What POST /v1/audio/speech answers: bytes no text decoder would take for a string.

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import redis
 
-from .servers import free_port, kill_process, stop_process
+from semcache.testing.uvicorn_thread import free_port
+
+from .servers import kill_process, stop_process
 
 
 class RedisServer:
