@@ -34,8 +34,8 @@ serve: install
 	$(BIN)/semcache serve $(ARGS)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check semcache testkit tests benchmarks
-	$(BIN)/ruff format --check semcache testkit tests benchmarks
+	$(BIN)/ruff check semcache testkit tests benchmarks reliability
+	$(BIN)/ruff format --check semcache testkit tests benchmarks reliability
 	$(BIN)/mypy
 
 test: lint

@@ -20,7 +20,7 @@ import faiss
 import numpy as np
 from rich.progress import Progress
 
-from ._common import pyplot
+from testkit.plots import pyplot
 
 DIMENSION = 384
 

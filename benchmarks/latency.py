@@ -21,9 +21,8 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from testkit.servers import SemcacheProcess
-
-from ._common import pyplot, standin_process
+from testkit.plots import pyplot
+from testkit.servers import SemcacheProcess, standin_process
 
 SUBJECTS = [
     "Python",

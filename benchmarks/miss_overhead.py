@@ -22,9 +22,7 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from testkit.servers import SemcacheProcess
-
-from ._common import standin_process
+from testkit.servers import SemcacheProcess, standin_process
 
 WORDS = (
     "apple river quantum violin harbor zebra copper lantern meadow orbit puzzle saddle tiger velvet walnut "

@@ -64,10 +64,10 @@ from semcache.replication import Replica
 from semcache.stats import Stats
 from semcache.stores.redis import RedisStore, _entry_fields
 from testkit.fakes import HashingEmbedder
+from testkit.plots import pyplot
 from testkit.redis_server import RedisServer
-from testkit.servers import SemcacheProcess
+from testkit.servers import SemcacheProcess, standin_process
 
-from ._common import pyplot, standin_process
 from .index_search import DIMENSION, synthetic
 from .latency import PARAPHRASES, QUESTIONS, SUBJECTS, percentiles, timed_post
 

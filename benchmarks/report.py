@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ._common import pyplot
+from testkit.plots import pyplot
 
 PASS, MISS, UNMEASURED = "PASS", "MISS", "not measured"
 

@@ -28,10 +28,9 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from testkit.servers import SemcacheProcess
+from testkit.servers import SemcacheProcess, standin_process
 
 from . import report
-from ._common import standin_process
 from .gptcache_speed import measure as measure_gptcache
 from .http_load import (
     HttpClient,

@@ -30,8 +30,7 @@ import numpy as np
 from semcache import guards
 from semcache.evaluation.data import read_jsonl
 from semcache.settings import Settings
-
-from ._common import pyplot
+from testkit.plots import pyplot
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DEFAULT_FILES = [DATA / name for name in ("qqp_dev.jsonl", "mqp_dev.jsonl", "faq_dev.jsonl")]

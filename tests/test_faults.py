@@ -1,4 +1,4 @@
-"""Faults under load (benchmarks/faults.py): a slow, rate-limited, failing, cutting, garbling or
+"""Faults under load (reliability/faults.py): a slow, rate-limited, failing, cutting, garbling or
 hanging upstream; a full disk; Redis stopped and restarted; a replica killed with kill -9. Under
 each, with clients on httpx and the openai SDK still sending, nothing hangs, every error is
 OpenAI-shaped with an expected status, no partial answer is cached or served, no acknowledged entry
@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from benchmarks.faults import (
+from reliability.faults import (
     CLIENT_BOUND_S,
     SCENARIOS,
     DataDisk,

@@ -1,4 +1,4 @@
-"""The load and soak test (``python -m benchmarks.load``): its traffic, its verdicts, and a short run.
+"""The load and soak test (``python -m reliability.load``): its traffic, its verdicts, and a short run.
 
 The short run is CI's: 20 seconds, 8 users, a store small enough to fill during it. With
 ``SEMCACHE_RELIABILITY=full`` the same test runs the 30-minute soak.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.load.__main__ import parse_duration
-from benchmarks.load.report import MIB, MemoryBounds, MemorySample, memory_analysis
-from benchmarks.load.traffic import Traffic, Workload, api_keys_file_content, build_workload
+from reliability.load.__main__ import parse_duration
+from reliability.load.report import MIB, MemoryBounds, MemorySample, memory_analysis
+from reliability.load.traffic import Traffic, Workload, api_keys_file_content, build_workload
 from semcache import normalize
 from testkit.reliability import full_mode
 
@@ -125,14 +125,14 @@ def test_durations_read_like_locust_s() -> None:
 @pytest.mark.slow
 @pytest.mark.reliability
 def test_load_run_serves_every_outcome_without_errors_leaks_or_secrets_in_logs(tmp_path: Path) -> None:
-    """``python -m benchmarks.load`` end to end: Locust, semcache and the stand-in as processes."""
+    """``python -m reliability.load`` end to end: Locust, semcache and the stand-in as processes."""
     if full_mode():
         args, timeout_s = ["--duration", "30m", "--users", "16"], 2_400
     else:
         args, timeout_s = ["--duration", "20s", "--users", "8", "--max-entries", "25"], 400
     out = tmp_path / "load"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.load", *args, "--max-error-rate", "0", "--out", str(out)],
+        [sys.executable, "-m", "reliability.load", *args, "--max-error-rate", "0", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 """Faults under load: does semcache stay fast, correct and whole when its surroundings fail?
 
-    python -m benchmarks.faults [--scenarios upstream_slow redis_restart ...] [--mode short|full] [--out DIR]
+    python -m reliability.faults [--scenarios upstream_slow redis_restart ...] [--mode short|full] [--out DIR]
 
 Each scenario runs background load against ``semcache serve`` child processes in front of the
 stand-in upstream (its own process, driven over ``POST /_control``): several async clients, half on
@@ -1203,7 +1203,7 @@ def write_summary(results: list[ScenarioResult], timing: Timing, out: Path) -> N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.faults", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m reliability.faults", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS), metavar="NAME",
                         help=f"which faults to run (default: all): {', '.join(SCENARIOS)}")  # fmt: skip

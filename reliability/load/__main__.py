@@ -1,18 +1,18 @@
-"""``python -m benchmarks.load``: load and soak semcache with Locust, then judge the run.
+"""``python -m reliability.load``: load and soak semcache with Locust, then judge the run.
 
 Examples:
 
-    python -m benchmarks.load                                   # 60 s, 8 users, ../shared/data if present
-    python -m benchmarks.load --duration 30m --users 16         # the soak: memory must stay flat
-    python -m benchmarks.load --duration 20s --users 8 --max-entries 100 --out /tmp/load
+    python -m reliability.load                                   # 60 s, 8 users, ../shared/data if present
+    python -m reliability.load --duration 30m --users 16         # the soak: memory must stay flat
+    python -m reliability.load --duration 20s --users 8 --max-entries 100 --out /tmp/load
 
 It starts the stand-in upstream (300-800 ms before the first byte, fixed per prompt, then 20 ms
 between streamed pieces) and ``semcache serve`` as processes of their own, with JSON logs, an API
 keys file (four tenants, each its own key and namespace), a templates file, an admin key and an
 upstream key, in a fresh data folder. Locust runs headless as a third process (it monkey-patches
-the standard library with gevent) with the users of ``benchmarks/load/locustfile.py``: 70% short
+the standard library with gevent) with the users of ``reliability/load/locustfile.py``: 70% short
 questions and 30% long multi-turn conversations, with exact repeats, rewordings, a few template
-and bypass requests, 40% streamed (see ``benchmarks/load/traffic.py``). Meanwhile semcache's RSS
+and bypass requests, 40% streamed (see ``reliability/load/traffic.py``). Meanwhile semcache's RSS
 (``/proc/PID/status``) is sampled with its request and entry counts from ``GET /stats``, and a
 progress line is printed every ``--progress-every`` seconds.
 
@@ -79,10 +79,10 @@ import httpx
 import yaml
 
 from semcache.testing.uvicorn_thread import free_port
+from testkit.plots import pyplot
 from testkit.secrets_scan import scan_logs
-from testkit.servers import SemcacheProcess, stop_process
+from testkit.servers import SemcacheProcess, stop_process, wait_for_standin
 
-from .._common import pyplot, wait_for_standin
 from .report import (
     MIB,
     MemoryBounds,
@@ -138,7 +138,7 @@ def parse_duration(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.load", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m reliability.load", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration", type=parse_duration, default=60.0, help="how long Locust sends: 60s, 30m, 1h")
     parser.add_argument("--users", type=int, default=8, help="concurrent simulated clients")

@@ -1,7 +1,7 @@
 """Reading a load run's results: latency per outcome, error rate, memory over requests, verdict.
 
 Pure functions over the request log the locustfile writes and the memory samples ``__main__``
-takes, so they can be tested without running anything. See ``benchmarks/load/__main__.py`` for
+takes, so they can be tested without running anything. See ``reliability/load/__main__.py`` for
 how memory growth is judged and why.
 """
 

@@ -1,10 +1,10 @@
 """Locust users that speak the OpenAI chat API to semcache, one tenant (API key) per user.
 
-Run it through ``python -m benchmarks.load``, which builds the workload, starts the servers and
+Run it through ``python -m reliability.load``, which builds the workload, starts the servers and
 reads the results. By hand, against a running semcache that uses the workload's API keys::
 
     SEMCACHE_LOAD_WORKLOAD=workload.json SEMCACHE_LOAD_REQUESTS=requests.csv \\
-        locust -f benchmarks/load/locustfile.py --headless --host http://127.0.0.1:8080 -u 8 -r 4 -t 60s
+        locust -f reliability/load/locustfile.py --headless --host http://127.0.0.1:8080 -u 8 -r 4 -t 60s
 
 Each request is named in Locust's statistics by its outcome, read from the ``X-Semcache`` and
 ``X-Semcache-Tier`` headers (``exact``, ``semantic``, ``template``, ``miss``, ``bypass``; ``error``
@@ -32,7 +32,7 @@ from geventhttpclient import HTTPClient
 from locust import User, between, events, task
 from locust.env import Environment
 
-from benchmarks.load.traffic import ChatRequest, Tenant, Traffic, Workload
+from reliability.load.traffic import ChatRequest, Tenant, Traffic, Workload
 from semcache import normalize
 
 CHAT_PATH = "/v1/chat/completions"
@@ -71,7 +71,7 @@ class _Run:
 def _load_workload(environment: Environment, **_: Any) -> None:
     workload_path = os.environ.get("SEMCACHE_LOAD_WORKLOAD")
     if not workload_path:
-        raise SystemExit("set SEMCACHE_LOAD_WORKLOAD to the workload.json that python -m benchmarks.load writes")
+        raise SystemExit("set SEMCACHE_LOAD_WORKLOAD to the workload.json that python -m reliability.load writes")
     _Run.traffic = Traffic(Workload.from_json(Path(workload_path).read_text(encoding="utf-8")))
     log_path = os.environ.get("SEMCACHE_LOAD_REQUESTS")
     if log_path:
