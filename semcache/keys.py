@@ -163,6 +163,36 @@ def request_key(
     )
 
 
+# The model an entry of the cache API names when its scope names none (entries always name one).
+CACHE_API_MODEL = "semcache-cache-api"
+
+
+def cache_api_key(namespace: str, prompt: str, scope: dict[str, Any], *, user: str | None = None) -> RequestKey:
+    """Keys for the cache API (``/v1/semcache/lookup`` and ``/store``): the application's own
+    ``scope`` object stands where a chat request's model, context and parameters stand. Its scopes
+    never meet chat's, so an answer stored through the API is never served to a chat request."""
+    language = detect_script(prompt)
+    parts: dict[str, Any] = {"ns": namespace, "api": "cache", "scope": scope}
+    if language != "latin":
+        parts["lang"] = language
+    if user is not None:
+        parts["user"] = user
+    digest = _digest(parts)
+    normalized = normalize(prompt)
+    model = scope.get("model")
+    return RequestKey(
+        namespace=namespace,
+        model=model if isinstance(model, str) and model else CACHE_API_MODEL,
+        scope=digest,
+        prompt=prompt,
+        normalized=normalized,
+        exact=_digest({"scope": digest, "prompt": normalized}),
+        has_history=False,
+        system_prompt_hash=_digest([]),
+        language=language,
+    )
+
+
 _REFERS_BACK = frozenset(
     (
         "he she it they him her them his hers its their theirs himself herself itself themselves this that "

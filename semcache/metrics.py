@@ -151,7 +151,8 @@ class Metrics:
 
     # -- Observer ----------------------------------------------------------------------------------
 
-    def request(self, namespace: str, outcome: Outcome, tier: str | None) -> None:
+    def request(self, namespace: str, outcome: Outcome, tier: str | None, route: str = "chat") -> None:
+        # One series per outcome, tier and namespace, as dashboards know them; /stats has them by route.
         labels = (outcome, tier or "none", self._namespace(namespace))
         child = self._request_children.get(labels)
         if child is None:

@@ -21,8 +21,9 @@ UpstreamErrorKind = Literal["status", "unavailable"]
 
 
 class Observer(Protocol):
-    def request(self, namespace: str, outcome: Outcome, tier: str | None) -> None:
-        """A request was answered (or failed): counted once, when its outcome is known."""
+    def request(self, namespace: str, outcome: Outcome, tier: str | None, route: str = "chat") -> None:
+        """A request was answered (or failed): counted once, when its outcome is known. ``route``:
+        ``chat``, ``cache_api``, or the /v1 route passed on (``embeddings``, ``completions``, ...)."""
         ...
 
     def stage(self, stage: Stage, seconds: float) -> None: ...
@@ -55,7 +56,7 @@ class Observer(Protocol):
 class NullObserver:
     """Hears everything and keeps nothing: the default where no one listens."""
 
-    def request(self, namespace: str, outcome: Outcome, tier: str | None) -> None:
+    def request(self, namespace: str, outcome: Outcome, tier: str | None, route: str = "chat") -> None:
         pass
 
     def stage(self, stage: Stage, seconds: float) -> None:
@@ -86,9 +87,9 @@ class FanOut:
     def __init__(self, *observers: Observer) -> None:
         self.observers = observers
 
-    def request(self, namespace: str, outcome: Outcome, tier: str | None) -> None:
+    def request(self, namespace: str, outcome: Outcome, tier: str | None, route: str = "chat") -> None:
         for observer in self.observers:
-            observer.request(namespace, outcome, tier)
+            observer.request(namespace, outcome, tier, route)
 
     def stage(self, stage: Stage, seconds: float) -> None:
         for observer in self.observers:

@@ -22,7 +22,7 @@ from .budget import ErrorBudgets
 from .coalescing import Flight, InFlight
 from .embedders import BatchingEmbedder, FollowUp
 from .entries import CacheEntry, NegativeFeedback, PendingAccesses
-from .errors import NotFound, SemcacheError, StoreUnavailable, UpstreamError, UpstreamUnavailable
+from .errors import InvalidRequest, NotFound, SemcacheError, StoreUnavailable, UpstreamError, UpstreamUnavailable
 from .feedback import ServedHit, ServedHits, WrongAnswers
 from .index import ScopedVectorIndex
 from .instructions import find_answer_instruction
@@ -30,6 +30,7 @@ from .judges import AnswerJudge, JudgeCase
 from .keys import (
     RequestKey,
     bypass_reason,
+    cache_api_key,
     consulted_tools,
     conversation_text,
     message_text,
@@ -99,6 +100,9 @@ class Lookup:
     usage: dict[str, int] | None = None  # of a hit, counted once
     # The semantic candidate to label with this request's own upstream answer (semcache.budget).
     probe: Probe | None = None
+    # False for the cache API: no upstream answer of its own will come to compare an explored hit with.
+    explore: bool = True
+    route: str = "chat"  # or "cache_api": how /stats counts it
 
     @property
     def explored(self) -> bool:
@@ -246,7 +250,7 @@ class Pipeline:
         template = self._template_match(lookup.key, lookup.vector)
         if template is not None:
             return template
-        result = await self.semantic.lookup(lookup.key, lookup.vector, now, candidates)
+        result = await self.semantic.lookup(lookup.key, lookup.vector, now, candidates, explore=lookup.explore)
         lookup.probe = result.probe
         return result.hit
 
@@ -263,8 +267,49 @@ class Pipeline:
             threshold = max(threshold, policy.threshold_for(key.language))
         return templates.lookup_semantic(key, vector, self.embedding_model(key), threshold)
 
+    # -- the cache API: applications that call their model themselves -------------------------
+
+    async def lookup_prompt(self, prompt: str, namespace: str, scope: dict[str, Any], user: str | None) -> Lookup:
+        """``/v1/semcache/lookup``: the prompt through the same tiers, guards and decision line as a
+        chat request, keyed by the application's ``scope``; a hit gets an id that feedback takes."""
+        lookup = self._cache_api_lookup(prompt, namespace, scope, user, RequestControls())
+        assert lookup.key is not None
+        try:
+            lookup.hit = await self._find(lookup)
+        except StoreUnavailable:
+            lookup.hit = None
+        if lookup.hit is not None and lookup.hit.entry_id is not None:
+            self.accesses.note(lookup.hit.entry_id, self.clock())
+        await self.record(lookup)
+        return lookup
+
+    def served_id(self, lookup: Lookup) -> str:
+        """The id a hit is served under, which ``POST /v1/semcache/feedback`` takes."""
+        return self._served_id(lookup)
+
+    async def store_prompt(
+        self, prompt: str, answer: str, namespace: str, scope: dict[str, Any], user: str | None, ttl_s: float | None
+    ) -> int:
+        """``/v1/semcache/store``: store the application's answer; returns the entry's id."""
+        if len(answer.encode()) > self.max_answer_bytes:
+            raise InvalidRequest(
+                f"answer: at most {self.max_answer_bytes} bytes of UTF-8 (max_answer_bytes)", code="answer_too_large"
+            )
+        lookup = self._cache_api_lookup(prompt, namespace, scope, user, RequestControls(ttl_s=ttl_s))
+        return await self._store_and_index(lookup, answer, None)
+
+    def _cache_api_lookup(
+        self, prompt: str, namespace: str, scope: dict[str, Any], user: str | None, controls: RequestControls
+    ) -> Lookup:
+        # The request stands for the prompt in token counts and prices: one user message, the scope's model.
+        key = cache_api_key(namespace, prompt, scope, user=user)
+        request = ChatCompletionRequest.model_validate(
+            {"model": key.model, "messages": [{"role": "user", "content": prompt}]}
+        )
+        return Lookup(request, namespace, controls, key=key, explore=False, route="cache_api")
+
     async def record(self, lookup: Lookup) -> None:
-        self.observer.request(lookup.namespace, lookup.outcome, lookup.tier)
+        self.observer.request(lookup.namespace, lookup.outcome, lookup.tier, lookup.route)
         if lookup.hit is not None:
             self._record_saved(lookup, await self._usage(lookup))
         # Relayed answers of another request's upstream call are counted once they are known.
@@ -651,7 +696,7 @@ class Pipeline:
         for task in self._labelling:
             task.cancel()
 
-    async def _store_and_index(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None) -> None:
+    async def _store_and_index(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None) -> int:
         key = lookup.answer_key
         assert key is not None
         if lookup.vector is not None:
@@ -676,6 +721,7 @@ class Pipeline:
         with timed(self.observer, "store_write"):
             entry_id, replaced = await self.store.put(entry)
         await asyncio.to_thread(self._index_entry, key.scope, entry_id, vector, [r.id for r in replaced])
+        return entry_id
 
     def _index_entry(self, scope: str, entry_id: int, vector: np.ndarray, replaced: list[int]) -> None:
         if replaced:

@@ -51,9 +51,10 @@ class Stats:
 
     # -- Observer ----------------------------------------------------------------------------------
 
-    def request(self, namespace: str, outcome: Outcome, tier: str | None = None) -> None:
+    def request(self, namespace: str, outcome: Outcome, tier: str | None = None, route: str = "chat") -> None:
         counter = _OUTCOME_COUNTER[outcome]
         names = ["requests", counter, f"ns:{namespace}:requests", f"ns:{namespace}:{counter}"]
+        names += [f"route:{route}:requests", f"route:{route}:{counter}"]
         if tier is not None:
             names.append(f"tier:{tier}")
         self._add(*names)
@@ -124,10 +125,12 @@ class Stats:
         """The figures for ``/stats``: of ``counts`` (every replica's) if given, else of this process."""
         counts = self.counts() if counts is None else counts
         namespaces: dict[str, Counter[str]] = {}
+        routes: dict[str, Counter[str]] = {}
         for name, value in counts.items():
-            if name.startswith("ns:"):
-                namespace, _, field = name[3:].rpartition(":")
-                namespaces.setdefault(namespace, Counter())[field] = value
+            kind, _, rest = name.partition(":")
+            if kind in ("ns", "route"):
+                owner, _, field = rest.rpartition(":")
+                (namespaces if kind == "ns" else routes).setdefault(owner, Counter())[field] = value
         with self._lock:
             embedding = {
                 "batches": self.embed_batches,
@@ -140,6 +143,7 @@ class Stats:
             "feedback": {"correct": counts["reported_correct"], "wrong": counts["reported_wrong"]},
             "coalesced": counts["coalesced"],
             "by_namespace": {ns: _outcomes(c) for ns, c in sorted(namespaces.items())},
+            "by_route": {route: _outcomes(c) for route, c in sorted(routes.items())},
             "top_namespaces": _top_namespaces(namespaces),
             "savings": _savings(counts),
             "embedding": embedding,

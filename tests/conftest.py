@@ -147,3 +147,11 @@ def write_misses(url: str, worker: int, acknowledged: list[str], stop: threading
             return  # the service died mid-request: not acknowledged
         if response.status_code == 200 and response.headers["x-semcache"] == "miss":
             acknowledged.append(prompt)
+
+
+def assert_openai_error(response: httpx.Response, status: int, code: str | None = None) -> None:
+    assert response.status_code == status, (response.status_code, response.text)
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    if code is not None:
+        assert error["code"] == code, error

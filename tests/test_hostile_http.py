@@ -25,6 +25,8 @@ from semcache.server.access import AccessPolicy
 from semcache.testing.standin_upstream import StandinUpstream
 from testkit.servers import SemcacheProcess
 
+from .conftest import assert_openai_error
+
 pytestmark = pytest.mark.slow
 
 KEY_A = "sk-hostile-a-0001"
@@ -159,14 +161,6 @@ def entries_holding(service: SemcacheProcess, text: str) -> list[dict[str, Any]]
     response = httpx.get(f"{service.url}/admin/entries", params={"text": text, "limit": 100}, timeout=30)
     assert response.status_code == 200, response.text
     return list(response.json()["data"])
-
-
-def assert_openai_error(response: httpx.Response, status: int, code: str | None = None) -> None:
-    assert response.status_code == status, (response.status_code, response.text)
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"} and error["message"]
-    if code is not None:
-        assert error["code"] == code, error
 
 
 # -- finding 4: /admin and other websites --------------------------------------------------------

@@ -39,12 +39,7 @@ def require_admin(request: Request) -> None:
     connected over loopback that names a loopback host, so that neither another machine nor a
     DNS-rebinding page (which reaches 127.0.0.1 under its own name) can use it."""
     headers = request.headers
-    host = headers.get("host", "")
-    if (
-        any(not (is_loopback_origin(origin) or _same_host(origin, host)) for origin in headers.getlist("origin"))
-        or headers.get("sec-fetch-site", "").lower() == "cross-site"
-    ):
-        raise Forbidden("/admin does not answer web pages of other sites", code="admin_cross_site")
+    refuse_cross_site(request, "/admin", code="admin_cross_site")
     state = request.app.state.semcache
     expected = state.settings.admin_key
     if expected:
@@ -56,13 +51,13 @@ def require_admin(request: Request) -> None:
     elif state.access.configured:
         raise Forbidden("/admin is closed: API keys are configured but SEMCACHE_ADMIN_KEY is not",
                         code="admin_disabled")  # fmt: skip
-    elif not (_from_loopback(request) and is_loopback_host(host)):
+    elif not from_this_machine(request):
         raise Forbidden(
             "without SEMCACHE_ADMIN_KEY, /admin answers only clients on this machine that call it localhost "
             "or by a loopback address",
             code="admin_loopback_only",
         )
-    if _has_body(headers) and not _admin_media_type(headers.get("content-type")):
+    if has_body(headers) and not _admin_media_type(headers.get("content-type")):
         raise UnsupportedMediaType(
             f"/admin takes JSON bodies (Content-Type: application/json; {_JSONL} for an import)",
             code="unsupported_media_type",
@@ -120,13 +115,27 @@ def _same_host(origin: str, host: str) -> bool:
     return parts.scheme in ("http", "https") and not parts.path and parts.hostname == name
 
 
-def _from_loopback(request: Request) -> bool:
+def refuse_cross_site(request: Request, what: str, *, code: str) -> None:
+    """403 for a request a browser sends on behalf of another site: an ``Origin`` that is neither a
+    loopback page nor this service's own /docs, or ``Sec-Fetch-Site: cross-site``."""
+    headers = request.headers
+    host = headers.get("host", "")
+    if (
+        any(not (is_loopback_origin(origin) or _same_host(origin, host)) for origin in headers.getlist("origin"))
+        or headers.get("sec-fetch-site", "").lower() == "cross-site"
+    ):
+        raise Forbidden(f"{what} does not answer web pages of other sites", code=code)
+
+
+def from_this_machine(request: Request) -> bool:
     """Whether the TCP peer is on this machine (``semcache serve`` keeps uvicorn from replacing it
-    with an X-Forwarded-For address)."""
-    return request.client is not None and is_loopback_address(request.client.host)
+    with an X-Forwarded-For address) and names a loopback host, so that a DNS-rebinding page, which
+    reaches 127.0.0.1 under its own name, does not pass."""
+    loopback_peer = request.client is not None and is_loopback_address(request.client.host)
+    return loopback_peer and is_loopback_host(request.headers.get("host", ""))
 
 
-def _has_body(headers: Headers) -> bool:
+def has_body(headers: Headers) -> bool:
     length = headers.get("content-length")
     return "transfer-encoding" in headers or (length is not None and length.strip() not in ("", "0"))
 

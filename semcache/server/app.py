@@ -42,6 +42,7 @@ from ..wire import ChatCompletionRequest
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
 from .admin_entries import entries_router
+from .cache_api import cache_api_router
 from .errors import ERROR_RESPONSES, install_error_handlers
 from .fastpath import DirectRoute
 from .limits import BodySizeLimit
@@ -124,6 +125,7 @@ def create_app(
     app.include_router(chat_router)
     app.include_router(router)
     app.include_router(feedback_router)
+    app.include_router(cache_api_router)
     app.include_router(admin_router)
     app.include_router(entries_router)
     app.include_router(monitoring_router)

@@ -37,7 +37,8 @@ async def passthrough(path: str, request: Request) -> Any:
             f"semcache does not serve or pass on /v1/{segments[0]}; an operator can add it to passthrough_routes",
             code="unknown_route",
         )
-    admit(request, namespace_of(request))  # with API keys configured, only their holders may pass
+    namespace = namespace_of(request)
+    admit(request, namespace)  # with API keys configured, only their holders may pass
     upstream = upstream_of(request)
     relay = RelayRequest(
         method=request.method,
@@ -46,7 +47,12 @@ async def passthrough(path: str, request: Request) -> Any:
         body=await request.body(),
         content_type=request.headers.get("content-type"),
     )
-    relayed = await upstream.relay(relay, dict(request.headers))
+    try:
+        relayed = await upstream.relay(relay, dict(request.headers))
+    except Exception:
+        state.observer.request(namespace, "error", None, segments[0])
+        raise
+    state.observer.request(namespace, "bypass", None, segments[0])
     return StreamingResponse(
         relayed.body,
         status_code=relayed.status,

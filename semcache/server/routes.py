@@ -198,12 +198,12 @@ def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
         read_cache="no-cache" not in directives,
         store="no-store" not in directives,
         ttl_s=ttl,
-        user=user_id(_canonical_authorization(request.headers.get("authorization")), body.user),
+        user=user_id(canonical_authorization(request.headers.get("authorization")), body.user),
         account=account_id(request.headers.get("openai-organization"), request.headers.get("openai-project")),
     )
 
 
-def _canonical_authorization(authorization: str | None) -> str | None:
+def canonical_authorization(authorization: str | None) -> str | None:
     """``Bearer <token>`` for every spelling of a bearer token (``bearer``, ``BEARER``, extra spaces),
     so that one key is one user with ``scope_per_user``; anything else as sent."""
     token = bearer_token(authorization)

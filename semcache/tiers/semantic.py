@@ -115,9 +115,16 @@ class SemanticTier:
         return estimates
 
     async def lookup(
-        self, key: RequestKey, vector: np.ndarray, now: float, candidates: list[tuple[int, float]] | None = None
+        self,
+        key: RequestKey,
+        vector: np.ndarray,
+        now: float,
+        candidates: list[tuple[int, float]] | None = None,
+        *,
+        explore: bool = True,
     ) -> SemanticResult:
-        """The best candidate that passes the policy; ``candidates`` are searched here unless given."""
+        """The best candidate that passes the policy; ``candidates`` are searched here unless given.
+        ``explore=False``: a would-be hit is a hit (the cache API has no upstream answer to compare)."""
         policy = self.policies.for_namespace(key.namespace)
         if candidates is None:
             loop = asyncio.get_running_loop()
@@ -155,7 +162,7 @@ class SemanticTier:
             if similarity < line:  # a near miss; the log keeps why a candidate above the line was refused
                 self._decide(rejected or decision)
                 return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "near_miss"))
-            if self.budgets.should_explore(key.namespace, key.language, rule):
+            if explore and self.budgets.should_explore(key.namespace, key.language, rule):
                 decision.decision, decision.explored = "explored: answered from the upstream to label it", True
                 self._decide(decision)
                 return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "explored"))

@@ -1,0 +1,1 @@
+"""semcache as the cache of other frameworks: ``semcache.integrations.langchain``."""
