@@ -42,6 +42,7 @@ class Found:
     tier: str | None = None
     similarity: float | None = None
     id: str | None = None
+    namespace: str | None = None  # where it was found: feedback on the hit goes there
 
 
 class Client:
@@ -82,9 +83,11 @@ class Client:
         body = self._store_body(prompt, answer, scope, namespace, ttl_s)
         return int(self._call(self._sync.post, "/v1/semcache/store", body)["id"])
 
-    def feedback(self, hit_id: str, *, correct: bool) -> None:
-        """Report a hit as right or wrong; a wrong one is never served to that prompt again."""
-        self._call(self._sync.post, "/v1/semcache/feedback", {"id": hit_id, "correct": correct})
+    def feedback(self, hit: Found | str, *, correct: bool, namespace: str | None = None) -> None:
+        """Report a hit (a ``Found``, or its id and namespace) as right or wrong; a wrong one is
+        never served to that prompt again."""
+        body, headers = self._feedback(hit, correct, namespace)
+        self._call(self._sync.post, "/v1/semcache/feedback", body, headers)
 
     def close(self) -> None:
         self._sync.close()
@@ -115,8 +118,9 @@ class Client:
         body = self._store_body(prompt, answer, scope, namespace, ttl_s)
         return int((await self._acall("/v1/semcache/store", body))["id"])
 
-    async def afeedback(self, hit_id: str, *, correct: bool) -> None:
-        await self._acall("/v1/semcache/feedback", {"id": hit_id, "correct": correct})
+    async def afeedback(self, hit: Found | str, *, correct: bool, namespace: str | None = None) -> None:
+        body, headers = self._feedback(hit, correct, namespace)
+        await self._acall("/v1/semcache/feedback", body, headers)
 
     async def aclose(self) -> None:
         if self._async is not None:
@@ -139,19 +143,30 @@ class Client:
             body["ttl_s"] = ttl_s
         return body
 
-    def _call(self, post: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _feedback(
+        self, hit: Found | str, correct: bool, namespace: str | None
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        hit_id = hit.id if isinstance(hit, Found) else hit
+        if not hit_id:
+            raise SemcacheClientError("feedback needs a hit's id: a miss has none")
+        where = namespace or (hit.namespace if isinstance(hit, Found) else None) or self.namespace
+        return {"id": hit_id, "correct": correct}, ({"X-Semcache-Namespace": where} if where else {})
+
+    def _call(
+        self, post: Any, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         try:
-            response = post(path, json=body)
+            response = post(path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise SemcacheClientError(f"semcache is unreachable: {exc}") from exc
         return _json(response)
 
-    async def _acall(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _acall(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         if self._async is None or self._async_loop is not loop:
             self._async, self._async_loop = httpx.AsyncClient(**self._options), loop
         try:
-            response = await self._async.post(path, json=body)
+            response = await self._async.post(path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise SemcacheClientError(f"semcache is unreachable: {exc}") from exc
         return _json(response)
@@ -174,5 +189,5 @@ def _json(response: httpx.Response) -> dict[str, Any]:
 def _found(data: dict[str, Any]) -> Found:
     return Found(
         hit=bool(data.get("hit")), answer=data.get("answer"), tier=data.get("tier"),
-        similarity=data.get("similarity"), id=data.get("id"),
+        similarity=data.get("similarity"), id=data.get("id"), namespace=data.get("namespace"),
     )  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 from . import guards
 from .instructions import find_answer_instruction
 from .language import Script, detect_script
-from .wire import ChatCompletionRequest, Message
+from .wire import MAX_MODEL_CHARS, ChatCompletionRequest, Message
 
 KEY_VERSION = "1"
 
@@ -163,7 +163,8 @@ def request_key(
     )
 
 
-# The model an entry of the cache API names when its scope names none (entries always name one).
+# The model an entry of the cache API names when its scope names none (entries always name one),
+# or one longer than a chat request may name.
 CACHE_API_MODEL = "semcache-cache-api"
 
 
@@ -180,9 +181,11 @@ def cache_api_key(namespace: str, prompt: str, scope: dict[str, Any], *, user: s
     digest = _digest(parts)
     normalized = normalize(prompt)
     model = scope.get("model")
+    if not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_CHARS:
+        model = CACHE_API_MODEL
     return RequestKey(
         namespace=namespace,
-        model=model if isinstance(model, str) and model else CACHE_API_MODEL,
+        model=model,
         scope=digest,
         prompt=prompt,
         normalized=normalized,

@@ -168,6 +168,7 @@ class Pipeline:
         self.semantic = SemanticTier(
             self.index, self.store, self.policies, self.verifier, self.decisions.add, budgets=self.budgets,
             wrong_answers=self.wrong_answers, observer=self.observer,
+            reads_whole=lambda key, text: self.embedder.router.reads_whole(self.embedding_model(key), text),
         )  # fmt: skip
         self._labelling: set[asyncio.Task[None]] = set()
 
@@ -274,6 +275,12 @@ class Pipeline:
         chat request, keyed by the application's ``scope``; a hit gets an id that feedback takes."""
         lookup = self._cache_api_lookup(prompt, namespace, scope, user, RequestControls())
         assert lookup.key is not None
+        reason = await self._cache_api_refusal(prompt)
+        if reason is not None:  # as chat bypasses it: nothing is served to a prompt that dictates its answer
+            self.decisions.add(Decision(namespace, prompt, f"bypass: {reason}"))
+            lookup.key, lookup.bypass_reason = None, reason
+            await self.record(lookup)
+            return lookup
         try:
             lookup.hit = await self._find(lookup)
         except StoreUnavailable:
@@ -295,8 +302,19 @@ class Pipeline:
             raise InvalidRequest(
                 f"answer: at most {self.max_answer_bytes} bytes of UTF-8 (max_answer_bytes)", code="answer_too_large"
             )
+        reason = await self._cache_api_refusal(prompt)
+        if reason is not None:
+            raise InvalidRequest(f"not stored: {reason}", code="answer_instruction")
         lookup = self._cache_api_lookup(prompt, namespace, scope, user, RequestControls(ttl_s=ttl_s))
         return await self._store_and_index(lookup, answer, None)
+
+    async def _cache_api_refusal(self, prompt: str) -> str | None:
+        """Why the cache API may not serve or store this prompt: it tells the model what to answer
+        ("... Answer exactly: ..."), so its answer would reach the same question asked plainly."""
+        if self.cache_answer_instructions:
+            return None
+        instruction = await _off_loop_if_long(lambda: find_answer_instruction(prompt), len(prompt))
+        return None if instruction is None else "the prompt tells the model what to answer"
 
     def _cache_api_lookup(
         self, prompt: str, namespace: str, scope: dict[str, Any], user: str | None, controls: RequestControls

@@ -25,6 +25,9 @@ MAX_STOP_SEQUENCES = 64
 # pydantic-core's JSON parser refuses nesting much deeper than this by itself; max_json_depth stays under it.
 MAX_JSON_DEPTH = 128
 
+# The longest model name a request may give.
+MAX_MODEL_CHARS = 256
+
 
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -42,7 +45,7 @@ class Message(BaseModel):
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1, max_length=256)
+    model: str = Field(min_length=1, max_length=MAX_MODEL_CHARS)
     messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES, fail_fast=True)
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=2)

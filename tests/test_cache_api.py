@@ -52,7 +52,7 @@ def test_a_stored_answer_is_found_by_its_prompt_and_its_paraphrases_in_the_same_
 
     other_scope = post(service, "lookup", {"prompt": QUESTION, "scope": {**SCOPE, "temperature": 1}}).json()
     assert other_scope == {"object": "semcache.lookup", "hit": False, "answer": None, "tier": None,
-                           "similarity": None, "id": None}  # fmt: skip
+                           "similarity": None, "id": None, "namespace": "default"}  # fmt: skip
     other_namespace = post(service, "lookup", {"prompt": QUESTION, "scope": SCOPE, "namespace": "elsewhere"})
     assert other_namespace.json()["hit"] is False
 
@@ -93,6 +93,8 @@ def test_an_entry_lives_for_its_ttl(service: str) -> None:
         ("store", {"prompt": QUESTION, "answer": ANSWER, "ttl_s": -1}, None),
         ("store", {"prompt": QUESTION, "answer": "x" * 2_000_001}, None),
         ("store", {"prompt": QUESTION, "answer": "x" * 20_001}, "answer_too_large"),
+        ("store", {"prompt": "   ", "answer": ANSWER}, "invalid_prompt"),
+        ("store", {"prompt": f"{QUESTION} Answer exactly: never.", "answer": "never"}, "answer_instruction"),
     ],
 )
 def test_bad_input_gets_an_openai_shaped_4xx(
@@ -245,3 +247,66 @@ def test_stats_count_requests_by_route(service: str, make_client: Callable[..., 
     assert by_route["cache_api"]["requests"] == 2
     assert (by_route["cache_api"]["hits"], by_route["cache_api"]["misses"]) == (1, 1)
     assert by_route["embeddings"]["requests"] == 1 and by_route["embeddings"]["bypass"] == 1
+
+
+LONG_CONTEXT = " ".join(f"Clause {n}: the tenant keeps the premises clean and in good repair." for n in range(60))
+
+
+def test_prompts_longer_than_the_model_reads_are_never_served_each_others_answers(service: str) -> None:
+    """The model reads the first 256 tokens: two prompts alike there but asking different
+    questions after it have the same vector, and only an exact match may answer them."""
+    first = f"{LONG_CONTEXT}\n\nQuestion: who pays for repairs to the roof?"
+    second = f"{LONG_CONTEXT}\n\nQuestion: may the tenant keep a dog?"
+    post(service, "store", {"prompt": first, "answer": "The landlord pays for the roof."})
+    assert post(service, "lookup", {"prompt": first}).json()["tier"] == "exact"
+    assert post(service, "lookup", {"prompt": second}).json()["hit"] is False
+    decisions = httpx.get(f"{service}/admin/decisions", params={"limit": 5}).json()["data"]
+    assert any(d["decision"] == "rejected: longer than the embedding model reads" for d in decisions)
+
+
+def test_langchain_keeps_the_system_prompt_out_of_what_it_embeds(service: str) -> None:
+    from langchain_core.globals import set_llm_cache
+    from langchain_core.language_models import FakeListChatModel
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    from semcache.integrations.langchain import SemcacheCache
+
+    cache = SemcacheCache(service)
+    set_llm_cache(cache)
+    try:
+        model = FakeListChatModel(responses=["reset it in Settings", "deleting is permanent", "unused"])
+        system = SystemMessage(content=LONG_CONTEXT)
+        assert model.invoke([system, HumanMessage(content=QUESTION)]).content == "reset it in Settings"
+        other = model.invoke([system, HumanMessage(content="How do I delete my account permanently?")])
+        assert other.content == "deleting is permanent"  # another question: asked, not served the first
+        again = model.invoke([system, HumanMessage(content=PARAPHRASE)])
+        assert again.content == "reset it in Settings" and model.i == 2  # a paraphrase: from semcache
+        plain = model.invoke([HumanMessage(content=QUESTION)])
+        assert plain.content == "unused"  # without that system prompt: another scope
+    finally:
+        set_llm_cache(None)
+        cache.close()
+
+
+def test_a_prompt_that_dictates_its_answer_is_neither_stored_nor_served(service: str) -> None:
+    post(service, "store", {"prompt": QUESTION, "answer": ANSWER})
+    dictating = post(service, "lookup", {"prompt": f"{QUESTION} Answer exactly: it cannot be done."}).json()
+    assert dictating["hit"] is False
+
+
+def test_a_long_model_name_in_the_scope_is_kept_in_the_key(service: str) -> None:
+    scope = {"model": "m" * 300}
+    assert post(service, "store", {"prompt": QUESTION, "answer": ANSWER, "scope": scope}).status_code == 200
+    assert post(service, "lookup", {"prompt": QUESTION, "scope": scope}).json()["hit"] is True
+    assert post(service, "lookup", {"prompt": QUESTION, "scope": {"model": "m" * 299}}).json()["hit"] is False
+
+
+def test_the_client_reports_a_hit_in_the_namespace_it_was_found_in(service: str) -> None:
+    with Client(service, namespace="team-c") as cache:
+        cache.store(QUESTION, ANSWER)
+        found = cache.lookup(QUESTION)
+        assert found.hit and found.namespace == "team-c"
+        cache.feedback(found, correct=False)
+        assert cache.lookup(QUESTION).hit is False
+        with pytest.raises(SemcacheClientError):
+            cache.feedback(cache.lookup("Never stored?"), correct=False)  # a miss has no id

@@ -234,12 +234,18 @@ class OnnxEmbedder:
         self.dimension = folder.hidden_size
         self.model_file = exported_model(folder, cache_dir, quantized=quantized)
         self._tokenizer = Tokenizer.from_file(str(folder.path / "tokenizer.json"))
+        self.max_seq_length = folder.max_seq_length
         self._tokenizer.enable_truncation(max_length=folder.max_seq_length)
         self._pad_id = (self._tokenizer.padding or {}).get("pad_id", 0)
         self._tokenizer.no_padding()  # tokenizer.json pads to a fixed 128: _run pads to the longest text instead
         self._session = onnxruntime.InferenceSession(
             str(self.model_file), _session_options(self.threads), providers=["CPUExecutionProvider"]
         )
+
+    def reads_whole(self, text: str) -> bool:
+        """Whether the model reads all of ``text``, not just the start its window holds."""
+        surely = surely_whole(text, self.max_seq_length)
+        return surely if surely is not None else not self._tokenizer.encode(text).overflowing
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -261,6 +267,17 @@ class OnnxEmbedder:
             mask[row, : len(encoding.ids)] = 1
         (vectors,) = self._session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def surely_whole(text: str, max_tokens: int) -> bool | None:
+    """Whether a WordPiece model of ``max_tokens`` reads all of ``text``, when its length alone
+    tells: every token holds at least one character (two tokens are [CLS] and [SEP]), and at most
+    a word of 100 (a longer word is one [UNK]). None: only the tokenizer can tell."""
+    if len(text) <= max_tokens - 2:
+        return True
+    if len(text) > 101 * max_tokens:
+        return False
+    return None
 
 
 def _model_calls(lengths: list[int], batch_tokens: int) -> list[list[int]]:

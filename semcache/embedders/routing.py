@@ -107,6 +107,11 @@ class RoutedEmbedder:
             vectors[rows] = self.embed_with(model, [texts[row] for row in rows])
         return vectors
 
+    def reads_whole(self, model: str, text: str) -> bool:
+        """Whether ``model`` reads all of ``text``; True for a model that cannot tell."""
+        reads = getattr(self.models[model], "reads_whole", None)
+        return True if reads is None else bool(reads(text))
+
     def embed_with(self, model: str, texts: Sequence[str]) -> np.ndarray:
         """``texts`` embedded by ``model``, padded to ``dimension``."""
         vectors = self.models[model].embed(texts)

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from ..protocols import Embedder
-from .onnx import DEFAULT_BATCH_TOKENS  # onnxruntime itself is imported only when an OnnxEmbedder is made
+from .onnx import (  # onnxruntime itself is imported only when an OnnxEmbedder is made
+    DEFAULT_BATCH_TOKENS,
+    surely_whole,
+)
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -42,6 +45,15 @@ class SentenceTransformerEmbedder:
         if dimension is None:
             raise ValueError(f"cannot tell the embedding size of {model_path}")
         self.dimension = int(dimension)
+
+    def reads_whole(self, text: str) -> bool:
+        """Whether the model reads all of ``text``, not just the start its window holds."""
+        limit = int(self._model.max_seq_length)
+        surely = surely_whole(text, limit)
+        if surely is not None:
+            return surely
+        ids = self._model.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        return len(ids) <= limit
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         self._limit_threads()

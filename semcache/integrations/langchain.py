@@ -15,6 +15,7 @@ cache never stops the application.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -43,8 +44,9 @@ class SemcacheCache(BaseCache):
         self.client = client or Client(url, api_key, namespace=namespace)
 
     def lookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
+        question, scope = _keys(prompt, llm_string)
         try:
-            found = self.client.lookup(prompt, scope=_scope(llm_string))
+            found = self.client.lookup(question, scope=scope)
         except SemcacheClientError as exc:
             log.warning("semcache lookup failed, asking the model: %s", exc)
             return None
@@ -54,14 +56,16 @@ class SemcacheCache(BaseCache):
         answer = _answer(return_val)
         if answer is None:
             return
+        question, scope = _keys(prompt, llm_string)
         try:
-            self.client.store(prompt, answer, scope=_scope(llm_string))
+            self.client.store(question, answer, scope=scope)
         except SemcacheClientError as exc:
             log.warning("semcache did not store the answer: %s", exc)
 
     async def alookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
+        question, scope = _keys(prompt, llm_string)
         try:
-            found = await self.client.alookup(prompt, scope=_scope(llm_string))
+            found = await self.client.alookup(question, scope=scope)
         except SemcacheClientError as exc:
             log.warning("semcache lookup failed, asking the model: %s", exc)
             return None
@@ -71,8 +75,9 @@ class SemcacheCache(BaseCache):
         answer = _answer(return_val)
         if answer is None:
             return
+        question, scope = _keys(prompt, llm_string)
         try:
-            await self.client.astore(prompt, answer, scope=_scope(llm_string))
+            await self.client.astore(question, answer, scope=scope)
         except SemcacheClientError as exc:
             log.warning("semcache did not store the answer: %s", exc)
 
@@ -91,8 +96,38 @@ class SemcacheCache(BaseCache):
         )
 
 
-def _scope(llm_string: str) -> dict[str, Any]:
-    return {"langchain": llm_string, "format": _FORMAT}
+def _keys(prompt: str, llm_string: str) -> tuple[str, dict[str, Any]]:
+    """What semcache embeds, and the scope: for a chat model, whose ``prompt`` is its serialised
+    messages, the last human message's text is the question, and the messages before it (the
+    system prompt, earlier turns) join the scope, as in a chat request. Were they embedded with the
+    question, a long system prompt would fill the model's window and hide the question from it."""
+    scope: dict[str, Any] = {"langchain": llm_string, "format": _FORMAT}
+    messages = _messages(prompt)
+    if messages is None:
+        return prompt, scope
+    *earlier, last = messages
+    if earlier:
+        scope["context"] = hashlib.sha256(json.dumps(earlier, sort_keys=True).encode()).hexdigest()
+    return last, scope
+
+
+def _messages(prompt: str) -> list[Any] | None:
+    """A chat model's serialised messages ending in a human message of plain text, with the last
+    one as its text; None for anything else (a text model's prompt)."""
+    try:
+        data = json.loads(prompt)
+    except ValueError:
+        return None
+    if not isinstance(data, list) or not data or not all(isinstance(m, dict) for m in data):
+        return None
+    last = data[-1]
+    kwargs = last.get("kwargs")
+    if last.get("lc") != 1 or not isinstance(kwargs, dict) or kwargs.get("type") != "human":
+        return None
+    content = kwargs.get("content")
+    if not isinstance(content, str) or not content.strip():
+        return None
+    return [*data[:-1], content]
 
 
 def _answer(generations: Sequence[Generation]) -> str | None:

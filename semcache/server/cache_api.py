@@ -70,7 +70,10 @@ class LookupResult(BaseModel):
     answer: str | None = Field(description="The cached answer; null on a miss.")
     tier: str | None = Field(description="exact, template or semantic; null on a miss.")
     similarity: float | None = Field(description="Cosine (0-1) of the prompt to the matched one; 1.0 for exact.")
-    id: str | None = Field(description="The hit's id, for POST /v1/semcache/feedback; null on a miss.")
+    id: str | None = Field(
+        description="The hit's id, for POST /v1/semcache/feedback (from this namespace); null on a miss."
+    )
+    namespace: str = Field(description="The namespace looked in: feedback on the hit must name it too.")
 
 
 class StoreResult(BaseModel):
@@ -86,6 +89,8 @@ def _namespace_and_user(request: Request, body: LookupRequest) -> tuple[str, boo
     """The namespace, checked against the client's key; whether its entries are per user
     (``scope_per_user``), and then who asked (None: the request names no one)."""
     state = request.app.state.semcache
+    if not body.prompt.strip():
+        raise InvalidRequest("prompt: must hold some text", code="invalid_prompt")
     if len(body.prompt) > state.settings.max_prompt_chars:
         raise InvalidRequest(f"prompt: at most {state.settings.max_prompt_chars} characters", code="prompt_too_long")
     requested = body.namespace if body.namespace is not None else request.headers.get("x-semcache-namespace")
@@ -111,9 +116,10 @@ async def lookup(body: LookupRequest, request: Request) -> LookupResult:
     )
     hit = found.hit if found is not None else None
     if found is None or hit is None:
-        return LookupResult(hit=False, answer=None, tier=None, similarity=None, id=None)
+        return LookupResult(hit=False, answer=None, tier=None, similarity=None, id=None, namespace=namespace)
     similarity = 1.0 if hit.tier == "exact" or hit.similarity is None else round(hit.similarity, 4)
-    return LookupResult(hit=True, answer=hit.answer, tier=hit.tier, similarity=similarity, id=pipeline.served_id(found))
+    return LookupResult(hit=True, answer=hit.answer, tier=hit.tier, similarity=similarity,
+                        id=pipeline.served_id(found), namespace=namespace)  # fmt: skip
 
 
 @cache_api_router.post(

@@ -39,6 +39,7 @@ from ..quality import Decision, NamespacePolicies, QualityPolicy
 from .base import Hit
 
 _CANDIDATES = 4
+_INLINE_TOKENIZE_CHARS = 4_000
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class SemanticTier:
         budgets: ErrorBudgets | None = None,
         wrong_answers: WrongAnswers | None = None,
         observer: Observer | None = None,
+        reads_whole: Callable[[RequestKey, str], bool] | None = None,
     ) -> None:
         self.index = index
         self.budgets = budgets or ErrorBudgets()
@@ -79,6 +81,9 @@ class SemanticTier:
         self.verifier = verifier
         self._on_decision = on_decision
         self._observer = observer or NullObserver()
+        # Whether the key's embedding model reads all of a text: a vector of the start alone
+        # cannot tell two prompts apart that differ further on.
+        self._reads_whole = reads_whole
         # For vectors that arrive without their candidates (see ``candidates``).
         self._search_thread = ThreadPoolExecutor(1, "semcache-faiss")
 
@@ -207,6 +212,8 @@ class SemanticTier:
                 return "below the entry's learned threshold"
             if entry.id is not None and self.wrong_answers.reported_wrong(entry.id, key.exact, vector):
                 return "reported wrong for this query"
+        if self._reads_whole is not None and not await self._both_read_whole(key, candidate):
+            return "longer than the embedding model reads"
         results = guards.check(key.prompt, candidate, policy.guards)
         decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail} for r in results]
         failed = [r.guard for r in results if not r.passed]
@@ -218,6 +225,13 @@ class SemanticTier:
             if score < policy.verifier_min_score:
                 return "verifier"
         return None
+
+    async def _both_read_whole(self, key: RequestKey, candidate: str) -> bool:
+        assert self._reads_whole is not None
+        reads = self._reads_whole
+        if len(key.prompt) + len(candidate) > _INLINE_TOKENIZE_CHARS:  # tokenizing long texts takes a while
+            return await asyncio.to_thread(lambda: reads(key, key.prompt) and reads(key, candidate))
+        return reads(key, key.prompt) and reads(key, candidate)
 
     def close(self) -> None:
         self._search_thread.shutdown(wait=False)
