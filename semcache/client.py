@@ -68,7 +68,7 @@ class Client:
     # -- sync ----------------------------------------------------------------------------------
 
     def lookup(self, prompt: str, *, scope: dict[str, Any] | None = None, namespace: str | None = None) -> Found:
-        return _found(self._call(self._sync.post, "/v1/semcache/lookup", self._lookup_body(prompt, scope, namespace)))
+        return _found(self._call("/v1/semcache/lookup", self._lookup_body(prompt, scope, namespace)))
 
     def store(
         self,
@@ -81,13 +81,13 @@ class Client:
     ) -> int:
         """Store ``answer`` for ``prompt``; returns the entry's id."""
         body = self._store_body(prompt, answer, scope, namespace, ttl_s)
-        return int(self._call(self._sync.post, "/v1/semcache/store", body)["id"])
+        return int(self._call("/v1/semcache/store", body)["id"])
 
     def feedback(self, hit: Found | str, *, correct: bool, namespace: str | None = None) -> None:
         """Report a hit (a ``Found``, or its id and namespace) as right or wrong; a wrong one is
         never served to that prompt again."""
         body, headers = self._feedback(hit, correct, namespace)
-        self._call(self._sync.post, "/v1/semcache/feedback", body, headers)
+        self._call("/v1/semcache/feedback", body, headers)
 
     def close(self) -> None:
         self._sync.close()
@@ -152,11 +152,9 @@ class Client:
         where = namespace or (hit.namespace if isinstance(hit, Found) else None) or self.namespace
         return {"id": hit_id, "correct": correct}, ({"X-Semcache-Namespace": where} if where else {})
 
-    def _call(
-        self, post: Any, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> dict[str, Any]:
+    def _call(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
         try:
-            response = post(path, json=body, headers=headers)
+            response = self._sync.post(path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise SemcacheClientError(f"semcache is unreachable: {exc}") from exc
         return _json(response)

@@ -136,31 +136,14 @@ def request_key(
     system = [c for c in context if c.get("role") in ("system", "developer")]
     if standalone:
         context = system
-    language = detect_script(prompt)
     parts = {"ns": namespace, "model": request.model, "context": context, "params": params}
-    if language != "latin":  # Latin prompts keep the scopes (and entries) they always had
-        parts["lang"] = language
-    if user is not None:  # only with scope_per_user: shared scopes stay as they were
-        parts["user"] = user
     if account is not None:  # only when the client names an upstream organization or project
         parts["account"] = account
     # The prompt message's other fields (its author's ``name``): an answer may address them.
     prompt_fields = last.model_dump(exclude={"role", "content"}, exclude_none=True)
     if prompt_fields:  # only when sent: scopes without them stay as they were
         parts["prompt_fields"] = prompt_fields
-    scope = _digest(parts)
-    normalized = normalize(prompt)
-    return RequestKey(
-        namespace=namespace,
-        model=request.model,
-        scope=scope,
-        prompt=prompt,
-        normalized=normalized,
-        exact=_digest({"scope": scope, "prompt": normalized}),
-        has_history=len(system) != len(context),
-        system_prompt_hash=_digest(system),
-        language=language,
-    )
+    return _keyed(namespace, request.model, prompt, parts, user, has_history=len(system) != len(context), system=system)
 
 
 # The model an entry of the cache API names when its scope names none (entries always name one),
@@ -172,26 +155,40 @@ def cache_api_key(namespace: str, prompt: str, scope: dict[str, Any], *, user: s
     """Keys for the cache API (``/v1/semcache/lookup`` and ``/store``): the application's own
     ``scope`` object stands where a chat request's model, context and parameters stand. Its scopes
     never meet chat's, so an answer stored through the API is never served to a chat request."""
-    language = detect_script(prompt)
-    parts: dict[str, Any] = {"ns": namespace, "api": "cache", "scope": scope}
-    if language != "latin":
-        parts["lang"] = language
-    if user is not None:
-        parts["user"] = user
-    digest = _digest(parts)
-    normalized = normalize(prompt)
     model = scope.get("model")
     if not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_CHARS:
         model = CACHE_API_MODEL
+    parts: dict[str, Any] = {"ns": namespace, "api": "cache", "scope": scope}
+    return _keyed(namespace, model, prompt, parts, user, has_history=False, system=[])
+
+
+def _keyed(
+    namespace: str,
+    model: str,
+    prompt: str,
+    parts: dict[str, Any],
+    user: str | None,
+    *,
+    has_history: bool,
+    system: list[dict[str, Any]],
+) -> RequestKey:
+    """The keys of ``prompt`` in the scope that ``parts`` describe, with its script and its user."""
+    language = detect_script(prompt)
+    if language != "latin":  # Latin prompts keep the scopes (and entries) they always had
+        parts["lang"] = language
+    if user is not None:  # only with scope_per_user: shared scopes stay as they were
+        parts["user"] = user
+    scope = _digest(parts)
+    normalized = normalize(prompt)
     return RequestKey(
         namespace=namespace,
         model=model,
-        scope=digest,
+        scope=scope,
         prompt=prompt,
         normalized=normalized,
-        exact=_digest({"scope": digest, "prompt": normalized}),
-        has_history=False,
-        system_prompt_hash=_digest([]),
+        exact=_digest({"scope": scope, "prompt": normalized}),
+        has_history=has_history,
+        system_prompt_hash=_digest(system),
         language=language,
     )
 

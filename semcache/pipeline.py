@@ -187,13 +187,20 @@ class Pipeline:
         key, conversation_key, vector = await self._key(request, namespace, user, controls.account)
         lookup = Lookup(request, namespace, controls, key=key, conversation_key=conversation_key, vector=vector)
         if controls.read_cache:
-            try:
-                lookup.hit = await self._find(lookup)
-            except StoreUnavailable:  # answer as a plain proxy, and store nothing, until it is back
-                return Lookup(request, namespace, controls, key=None, bypass_reason="store_unavailable")
+            lookup = await self._find_and_note(lookup)
+        log.debug("lookup: %s", "hit" if lookup.hit else "no hit", extra={"namespace": namespace, "tier": lookup.tier})
+        return lookup
+
+    async def _find_and_note(self, lookup: Lookup) -> Lookup:
+        """The tiers' answer, its hit noted for the sweeper; with the store away, a bypass (answer as
+        a plain proxy, and store nothing, until it is back)."""
+        try:
+            lookup.hit = await self._find(lookup)
+        except StoreUnavailable:
+            return Lookup(lookup.request, lookup.namespace, lookup.controls, key=None,
+                          bypass_reason="store_unavailable", route=lookup.route)  # fmt: skip
         if lookup.hit is not None and lookup.hit.entry_id is not None:
             self.accesses.note(lookup.hit.entry_id, self.clock())
-        log.debug("lookup: %s", "hit" if lookup.hit else "no hit", extra={"namespace": namespace, "tier": lookup.tier})
         return lookup
 
     async def _bypass_reason(self, request: ChatCompletionRequest) -> str | None:
@@ -274,25 +281,14 @@ class Pipeline:
         """``/v1/semcache/lookup``: the prompt through the same tiers, guards and decision line as a
         chat request, keyed by the application's ``scope``; a hit gets an id that feedback takes."""
         lookup = self._cache_api_lookup(prompt, namespace, scope, user, RequestControls())
-        assert lookup.key is not None
-        reason = await self._cache_api_refusal(prompt)
-        if reason is not None:  # as chat bypasses it: nothing is served to a prompt that dictates its answer
+        reason = await self._bypass_reason(lookup.request)
+        if reason is not None:  # as for chat: nothing is served to a prompt that dictates its answer
             self.decisions.add(Decision(namespace, prompt, f"bypass: {reason}"))
             lookup.key, lookup.bypass_reason = None, reason
-            await self.record(lookup)
-            return lookup
-        try:
-            lookup.hit = await self._find(lookup)
-        except StoreUnavailable:
-            lookup.hit = None
-        if lookup.hit is not None and lookup.hit.entry_id is not None:
-            self.accesses.note(lookup.hit.entry_id, self.clock())
+        else:
+            lookup = await self._find_and_note(lookup)
         await self.record(lookup)
         return lookup
-
-    def served_id(self, lookup: Lookup) -> str:
-        """The id a hit is served under, which ``POST /v1/semcache/feedback`` takes."""
-        return self._served_id(lookup)
 
     async def store_prompt(
         self, prompt: str, answer: str, namespace: str, scope: dict[str, Any], user: str | None, ttl_s: float | None
@@ -302,19 +298,13 @@ class Pipeline:
             raise InvalidRequest(
                 f"answer: at most {self.max_answer_bytes} bytes of UTF-8 (max_answer_bytes)", code="answer_too_large"
             )
-        reason = await self._cache_api_refusal(prompt)
+        lookup = self._cache_api_lookup(prompt, namespace, scope, user, RequestControls(ttl_s=ttl_s))
+        # One user message of text, never blank (the route checks): only an instruction about the
+        # answer can make it bypass, whose answer would reach the same question asked plainly.
+        reason = await self._bypass_reason(lookup.request)
         if reason is not None:
             raise InvalidRequest(f"not stored: {reason}", code="answer_instruction")
-        lookup = self._cache_api_lookup(prompt, namespace, scope, user, RequestControls(ttl_s=ttl_s))
         return await self._store_and_index(lookup, answer, None)
-
-    async def _cache_api_refusal(self, prompt: str) -> str | None:
-        """Why the cache API may not serve or store this prompt: it tells the model what to answer
-        ("... Answer exactly: ..."), so its answer would reach the same question asked plainly."""
-        if self.cache_answer_instructions:
-            return None
-        instruction = await _off_loop_if_long(lambda: find_answer_instruction(prompt), len(prompt))
-        return None if instruction is None else "the prompt tells the model what to answer"
 
     def _cache_api_lookup(
         self, prompt: str, namespace: str, scope: dict[str, Any], user: str | None, controls: RequestControls
@@ -360,13 +350,13 @@ class Pipeline:
         calls = lookup.hit.tool_calls
         usage = await self._usage(lookup)
         return chat_completion(
-            response_id=self._served_id(lookup), model=request.model, content=lookup.hit.answer,
+            response_id=self.served_id(lookup), model=request.model, content=lookup.hit.answer,
             usage=usage, finish_reason="tool_calls" if calls else "stop", tool_calls=calls,
         )  # fmt: skip
 
     async def hit_stream(self, lookup: Lookup) -> AsyncIterator[dict[str, Any]]:
         assert lookup.hit is not None
-        response_id, model, created = self._served_id(lookup), lookup.request.model, int(time.time())
+        response_id, model, created = self.served_id(lookup), lookup.request.model, int(time.time())
         answer, finish_reason = lookup.hit.answer, "stop"
         yield chat_chunk(
             response_id=response_id, model=model, created=created, delta={"role": "assistant", "content": ""}
@@ -386,8 +376,9 @@ class Pipeline:
             usage = await self._usage(lookup)
             yield usage_chunk(response_id=response_id, model=model, created=created, usage=usage)
 
-    def _served_id(self, lookup: Lookup) -> str:
-        """A fresh response id, remembered so that the client can report the hit as wrong."""
+    def served_id(self, lookup: Lookup) -> str:
+        """A fresh response id, remembered so that the client can report the hit as wrong
+        (``POST /v1/semcache/feedback``)."""
         assert lookup.hit is not None and lookup.key is not None
         response_id = completion_id()
         hit = lookup.hit

@@ -143,6 +143,7 @@ class SemanticTier:
             namespace=key.namespace, query=key.prompt, decision="miss", language=key.language, threshold=line
         )
         rejected: Decision | None = None
+        query_whole: bool | None = None  # read whole by the model: worked out once, when a candidate needs it
         for entry_id, similarity in candidates:
             if decision.candidate is None:
                 decision.entry_id, decision.similarity = entry_id, round(similarity, 4)
@@ -157,7 +158,9 @@ class SemanticTier:
             decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=entry.prompt,
                                 similarity=round(similarity, 4), entry_id=entry_id, language=key.language,
                                 threshold=line)  # fmt: skip
-            reason = await self._rejection(policy, key, vector, entry, entry.prompt, similarity, decision)
+            if query_whole is None:
+                query_whole = await self._read_whole(key, key.prompt)
+            reason = await self._rejection(policy, key, vector, entry, entry.prompt, similarity, decision, query_whole)
             if reason is not None:
                 decision.decision = f"rejected: {reason}"
                 rejected = rejected or (decision if similarity >= line else None)
@@ -189,7 +192,8 @@ class SemanticTier:
         if similarity < line:
             reason: str | None = "below the line"
         else:
-            reason = await self._rejection(policy, key, vector, None, candidate, similarity, decision)
+            query_whole = await self._read_whole(key, key.prompt)
+            reason = await self._rejection(policy, key, vector, None, candidate, similarity, decision, query_whole)
         decision.decision = "hit: a request in flight" if reason is None else f"rejected: {reason}"
         self._decide(decision)
         return reason is None
@@ -203,6 +207,7 @@ class SemanticTier:
         candidate: str,
         similarity: float,
         decision: Decision,
+        query_whole: bool,
     ) -> str | None:
         """Why ``candidate`` (the prompt of ``entry``, when it is stored) may not answer the query."""
         if entry is not None:
@@ -212,7 +217,7 @@ class SemanticTier:
                 return "below the entry's learned threshold"
             if entry.id is not None and self.wrong_answers.reported_wrong(entry.id, key.exact, vector):
                 return "reported wrong for this query"
-        if self._reads_whole is not None and not await self._both_read_whole(key, candidate):
+        if not query_whole or not await self._read_whole(key, candidate):
             return "longer than the embedding model reads"
         results = guards.check(key.prompt, candidate, policy.guards)
         decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail} for r in results]
@@ -226,12 +231,13 @@ class SemanticTier:
                 return "verifier"
         return None
 
-    async def _both_read_whole(self, key: RequestKey, candidate: str) -> bool:
-        assert self._reads_whole is not None
-        reads = self._reads_whole
-        if len(key.prompt) + len(candidate) > _INLINE_TOKENIZE_CHARS:  # tokenizing long texts takes a while
-            return await asyncio.to_thread(lambda: reads(key, key.prompt) and reads(key, candidate))
-        return reads(key, key.prompt) and reads(key, candidate)
+    async def _read_whole(self, key: RequestKey, text: str) -> bool:
+        """Whether the key's embedding model reads all of ``text`` (True when it cannot tell)."""
+        if self._reads_whole is None:
+            return True
+        if len(text) > _INLINE_TOKENIZE_CHARS:  # tokenizing a long text takes a while
+            return await asyncio.to_thread(self._reads_whole, key, text)
+        return self._reads_whole(key, text)
 
     def close(self) -> None:
         self._search_thread.shutdown(wait=False)
