@@ -3,13 +3,12 @@ which queries each entry was reported wrong for."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from .entries import NegativeFeedback
+from .recent import RecentById
 
 # A new query this close to one reported wrong for an entry counts as the same query.
 SAME_QUERY_COSINE = 0.98
@@ -29,27 +28,12 @@ class ServedHit:
     language: str | None = None  # the query's script: whose error budget the feedback is evidence for
 
 
-class ServedHits:
-    """The most recent ``capacity`` hits by response id (older ones can no longer get feedback)."""
+class ServedHits(RecentById[ServedHit]):
+    """The most recent ``capacity`` hits by response id (older ones can no longer get feedback); each
+    takes feedback once (``take``), from the namespace it was served in."""
 
     def __init__(self, capacity: int = 100_000) -> None:
-        self._capacity = capacity
-        self._hits: OrderedDict[str, ServedHit] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def remember(self, response_id: str, hit: ServedHit) -> None:
-        with self._lock:
-            self._hits[response_id] = hit
-            while len(self._hits) > self._capacity:
-                self._hits.popitem(last=False)
-
-    def take(self, response_id: str, namespace: str) -> ServedHit | None:
-        """The hit behind ``response_id`` if it was served in ``namespace``; each id takes feedback once."""
-        with self._lock:
-            hit = self._hits.get(response_id)
-            if hit is None or hit.namespace != namespace:
-                return None
-            return self._hits.pop(response_id)
+        super().__init__(capacity)
 
 
 class WrongAnswers:

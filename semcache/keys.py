@@ -122,12 +122,14 @@ def request_key(
     standalone: bool = False,
     user: str | None = None,
     account: str | None = None,
+    api: str = "chat",
 ) -> RequestKey:
     """Keys for a request that ``bypass_reason`` allowed.
 
     With ``standalone``, earlier user and assistant turns are left out of the scope (the system
     prompt stays in), so the prompt can hit entries stored from other conversations. With ``user``
-    (a hash naming who asked, see ``user_id``), the scope is that user's alone.
+    (a hash naming who asked, see ``user_id``), the scope is that user's alone. A request of another
+    API than chat (``api``, see ``semcache.dialects``) comes as its chat view, in scopes of that API.
     """
     *earlier, last = request.messages
     prompt = message_text(last) or ""
@@ -139,6 +141,8 @@ def request_key(
     parts = {"ns": namespace, "model": request.model, "context": context, "params": params}
     if account is not None:  # only when the client names an upstream organization or project
         parts["account"] = account
+    if api != "chat":  # chat's scopes stay as they were; no field a client sends can forge this one
+        parts["api"] = api
     # The prompt message's other fields (its author's ``name``): an answer may address them.
     prompt_fields = last.model_dump(exclude={"role", "content"}, exclude_none=True)
     if prompt_fields:  # only when sent: scopes without them stay as they were

@@ -20,6 +20,8 @@ import numpy as np
 
 from .budget import ErrorBudgets
 from .coalescing import Flight, InFlight
+from .dialects import Dialect, HitReply
+from .dialects.chat import CHAT
 from .embedders import BatchingEmbedder, FollowUp
 from .entries import CacheEntry, NegativeFeedback, PendingAccesses
 from .errors import InvalidRequest, NotFound, SemcacheError, StoreUnavailable, UpstreamError, UpstreamUnavailable
@@ -45,15 +47,11 @@ from .tiers import ExactTier, Hit, SemanticTier
 from .tiers.semantic import Probe
 from .tiers.template import LiveTemplates
 from .tokens import PriceTable, TokenCounter
-from .wire import ChatCompletionRequest, chat_chunk, chat_completion, completion_id, usage_chunk
+from .wire import ChatCompletionRequest
 
 log = logging.getLogger("semcache.pipeline")
 _T = TypeVar("_T")
 
-# Streamed hits are replayed in pieces of about this many characters, in at most this many pieces:
-# a long answer in longer pieces, with the event loop free between them.
-_REPLAY_PIECE_CHARS = 24
-_REPLAY_MAX_PIECES = 256
 # After a wrong semantic hit or a refuted probe at cosine s, the entry is served only from s + this margin.
 _FEEDBACK_MARGIN = 0.005
 # How many times a request may find its leader failed and try again (the last try leads).
@@ -102,7 +100,9 @@ class Lookup:
     probe: Probe | None = None
     # False for the cache API: no upstream answer of its own will come to compare an explored hit with.
     explore: bool = True
-    route: str = "chat"  # or "cache_api": how /stats counts it
+    route: str = "chat"  # or "completions", "responses", "cache_api": how /stats counts it
+    # The client's API: where a miss goes upstream, and how answers are read and written back.
+    dialect: Dialect = CHAT
 
     @property
     def explored(self) -> bool:
@@ -174,7 +174,11 @@ class Pipeline:
 
     # -- lookup ------------------------------------------------------------------------------
 
-    async def lookup(self, request: ChatCompletionRequest, namespace: str, controls: RequestControls) -> Lookup:
+    async def lookup(
+        self, request: ChatCompletionRequest, namespace: str, controls: RequestControls, dialect: Dialect = CHAT
+    ) -> Lookup:
+        """The request's keys and the tiers' answer. A request of another API (``dialect``) comes as
+        its chat-shaped view: its prompt the last user message, its answer-shaping fields in the view."""
         request = fit_context(request, self.tokens, self.context_limits.get(request.model), self.trim_oldest_turns)
         reason = await self._bypass_reason(request)
         per_user = self.policies.for_namespace(namespace).scope_per_user
@@ -183,9 +187,11 @@ class Pipeline:
             reason = "scope_per_user is on and the request names no user (no API key, no user field)"
         if reason is not None:
             self.decisions.add(Decision(namespace, message_text(request.messages[-1]) or "", f"bypass: {reason}"))
-            return Lookup(request, namespace, controls, key=None, bypass_reason=reason)
-        key, conversation_key, vector = await self._key(request, namespace, user, controls.account)
-        lookup = Lookup(request, namespace, controls, key=key, conversation_key=conversation_key, vector=vector)
+            return Lookup(request, namespace, controls, key=None, bypass_reason=reason, route=dialect.api,
+                          dialect=dialect)  # fmt: skip
+        key, conversation_key, vector = await self._key(request, namespace, user, controls.account, dialect.api)
+        lookup = Lookup(request, namespace, controls, key=key, conversation_key=conversation_key, vector=vector,
+                        route=dialect.api, dialect=dialect)  # fmt: skip
         if controls.read_cache:
             lookup = await self._find_and_note(lookup)
         log.debug("lookup: %s", "hit" if lookup.hit else "no hit", extra={"namespace": namespace, "tier": lookup.tier})
@@ -198,7 +204,7 @@ class Pipeline:
             lookup.hit = await self._find(lookup)
         except StoreUnavailable:
             return Lookup(lookup.request, lookup.namespace, lookup.controls, key=None,
-                          bypass_reason="store_unavailable", route=lookup.route)  # fmt: skip
+                          bypass_reason="store_unavailable", route=lookup.route, dialect=lookup.dialect)  # fmt: skip
         if lookup.hit is not None and lookup.hit.entry_id is not None:
             self.accesses.note(lookup.hit.entry_id, self.clock())
         return lookup
@@ -210,7 +216,7 @@ class Pipeline:
         return await _off_loop_if_long(check, len(message_text(request.messages[-1]) or ""))
 
     async def _key(
-        self, request: ChatCompletionRequest, namespace: str, user: str | None, account: str | None
+        self, request: ChatCompletionRequest, namespace: str, user: str | None, account: str | None, api: str
     ) -> tuple[RequestKey, RequestKey | None, np.ndarray | None]:
         """The keys to look the request up with, the conversation's keys when they differ, and the
         prompt's vector when it was embedded on the way.
@@ -220,7 +226,7 @@ class Pipeline:
         ("From now on, reply with ..."): the answer then depends on those turns. Its own answer is
         always kept with its conversation (``Lookup.conversation_key``). Nor when earlier turns
         called tools: their results shape the answer."""
-        key = request_key(request, namespace, user=user, account=account)
+        key = request_key(request, namespace, user=user, account=account, api=api)
         if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
             return key, None, None
         if consulted_tools(request):
@@ -236,7 +242,8 @@ class Pipeline:
         )
         if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
             return key, None, prompt_vector  # on the conversation's topic: its context may shape the answer
-        return request_key(request, namespace, standalone=True, user=user, account=account), key, prompt_vector
+        standalone = request_key(request, namespace, standalone=True, user=user, account=account, api=api)
+        return standalone, key, prompt_vector
 
     async def _find(self, lookup: Lookup) -> Hit | None:
         assert lookup.key is not None
@@ -322,8 +329,8 @@ class Pipeline:
             self._record_saved(lookup, await self._usage(lookup))
         # Relayed answers of another request's upstream call are counted once they are known.
 
-    def record_error(self, namespace: str) -> None:
-        self.observer.request(namespace, "error", None)
+    def record_error(self, namespace: str, route: str = "chat") -> None:
+        self.observer.request(namespace, "error", None, route)
 
     def _record_saved(self, lookup: Lookup, usage: dict[str, int]) -> None:
         """An answer that needed no upstream call: count the tokens it would have cost, and their price."""
@@ -345,42 +352,23 @@ class Pipeline:
             await asyncio.sleep(remaining_s)
 
     async def hit_response(self, lookup: Lookup) -> dict[str, Any]:
-        assert lookup.hit is not None
-        request = lookup.request
-        calls = lookup.hit.tool_calls
-        usage = await self._usage(lookup)
-        return chat_completion(
-            response_id=self.served_id(lookup), model=request.model, content=lookup.hit.answer,
-            usage=usage, finish_reason="tool_calls" if calls else "stop", tool_calls=calls,
-        )  # fmt: skip
+        return lookup.dialect.hit_response(await self._hit_reply(lookup))
 
     async def hit_stream(self, lookup: Lookup) -> AsyncIterator[dict[str, Any]]:
+        reply = await self._hit_reply(lookup)
+        async for event in lookup.dialect.hit_events(reply, lookup.request.include_usage_in_stream()):
+            yield event
+
+    async def _hit_reply(self, lookup: Lookup) -> HitReply:
         assert lookup.hit is not None
-        response_id, model, created = self.served_id(lookup), lookup.request.model, int(time.time())
-        answer, finish_reason = lookup.hit.answer, "stop"
-        yield chat_chunk(
-            response_id=response_id, model=model, created=created, delta={"role": "assistant", "content": ""}
-        )
-        piece_chars = max(_REPLAY_PIECE_CHARS, -(-len(answer) // _REPLAY_MAX_PIECES))
-        for start in range(0, len(answer), piece_chars):
-            piece = answer[start : start + piece_chars]
-            yield chat_chunk(response_id=response_id, model=model, created=created, delta={"content": piece})
-            if piece_chars > _REPLAY_PIECE_CHARS:
-                await asyncio.sleep(0)  # a long answer: let other requests in between its pieces
-        if lookup.hit.tool_calls:
-            calls = [{"index": n, **call} for n, call in enumerate(lookup.hit.tool_calls)]
-            yield chat_chunk(response_id=response_id, model=model, created=created, delta={"tool_calls": calls})
-            finish_reason = "tool_calls"
-        yield chat_chunk(response_id=response_id, model=model, created=created, delta={}, finish_reason=finish_reason)
-        if lookup.request.include_usage_in_stream():
-            usage = await self._usage(lookup)
-            yield usage_chunk(response_id=response_id, model=model, created=created, usage=usage)
+        return HitReply(response_id=self.served_id(lookup), model=lookup.request.model, answer=lookup.hit.answer,
+                        usage=await self._usage(lookup), tool_calls=lookup.hit.tool_calls)  # fmt: skip
 
     def served_id(self, lookup: Lookup) -> str:
         """A fresh response id, remembered so that the client can report the hit as wrong
         (``POST /v1/semcache/feedback``)."""
         assert lookup.hit is not None and lookup.key is not None
-        response_id = completion_id()
+        response_id = lookup.dialect.new_id()
         hit = lookup.hit
         self.served.remember(
             response_id,
@@ -544,16 +532,17 @@ class Pipeline:
         raise UpstreamUnavailable("the upstream failed for every request sharing this answer")
 
     async def _lead(self, lookup: Lookup, headers: dict[str, str], flight: Flight | None) -> dict[str, Any]:
-        body = {**lookup.request.upstream_body(), "stream": False}
+        dialect = lookup.dialect
+        body = {**dialect.upstream_body(lookup.request), "stream": False}
         try:
             started = time.perf_counter()
-            response = await self.upstream.complete(body, headers)
+            response = await self.upstream.complete(body, headers, api=dialect.api)
             self.observer.stage("upstream_total", time.perf_counter() - started)
-            answer = _clean_answer(response, self.max_answer_bytes)
+            answer = dialect.clean_answer(response, self.max_answer_bytes)
             if answer is not None:
                 await self._store(lookup, answer)
-            elif self.cache_tool_calls and (calls := _tool_call_answer(response, self.max_answer_bytes)) is not None:
-                await self._store(lookup, _message_text(response), tool_calls=calls)
+            elif self.cache_tool_calls and (calls := dialect.tool_call_answer(response, self.max_answer_bytes)):
+                await self._store(lookup, calls[0], tool_calls=calls[1])
             if flight is not None:
                 await flight.finish(response=response, text=answer or "", cacheable=answer is not None)
         except BaseException as exc:
@@ -565,10 +554,11 @@ class Pipeline:
     async def _lead_stream(
         self, lookup: Lookup, headers: dict[str, str], flight: Flight | None
     ) -> AsyncIterator[dict[str, Any]]:
-        answer = _StreamedAnswer(self.max_answer_bytes)
+        dialect = lookup.dialect
+        answer = dialect.streamed_answer(self.max_answer_bytes)
         started, first = time.perf_counter(), True
         try:
-            async for chunk in self.upstream.stream(lookup.request.upstream_body(), headers):
+            async for chunk in self.upstream.stream(dialect.upstream_body(lookup.request), headers, api=dialect.api):
                 if first:
                     self.observer.stage("upstream_first_byte", time.perf_counter() - started)
                     first = False
@@ -738,89 +728,6 @@ class Pipeline:
         self.index.add(scope, np.array([entry_id]), vector.reshape(1, -1))
 
 
-class _StreamedAnswer:
-    """What a stream said so far, and whether it may be cached.
-
-    Only a clean answer may be: one choice, index 0, with nothing after its ``finish_reason`` (in the
-    same chunk as the last content is fine), and at most ``max_bytes`` of text. Once it cannot be
-    cached, its text is no longer kept: a huge or malformed stream is relayed, never held.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.pieces: list[str] = []
-        self.kept_bytes = 0  # UTF-8 bytes of the text and tool call arguments kept
-        self.finish_reasons: list[str] = []
-        self.tool_calls = False  # anything but plain text: tool or function calls, a refusal
-        self.other = False  # a function call or a refusal: never cached
-        self.calls: dict[int, dict[str, Any]] = {}  # tool calls assembled from their deltas
-        self.too_large = False  # more than max_bytes
-        self.malformed = False  # a choice other than index 0, or a delta after the finish_reason
-
-    def add(self, chunk: dict[str, Any]) -> None:
-        choices = _dicts_of(chunk.get("choices"))
-        if len(choices) > 1:  # two choices in one event: never one answer, whatever their indexes say
-            self.malformed = True
-            self._stop_keeping()
-        for choice in choices:
-            delta = _dict_field(choice, "delta")
-            content = delta.get("content")
-            if (
-                not _is_first_choice(choice)
-                or (self.finish_reasons and _carries_anything(delta))
-                or not isinstance(content, str | None)  # text the client was sent, but not as text
-            ):
-                self.malformed = True
-                self._stop_keeping()
-            if self.malformed or self.too_large:
-                return  # it will not be cached: nothing more to learn from the rest
-            if isinstance(content, str) and self._keep(content):
-                self.pieces.append(content)
-            self.other = self.other or bool(delta.get("function_call") or delta.get("refusal"))
-            self.tool_calls = self.tool_calls or self.other or bool(delta.get("tool_calls"))
-            for piece in _dicts_of(delta.get("tool_calls")):
-                self._merge_call(piece)
-            if choice.get("finish_reason"):
-                self.finish_reasons.append(choice["finish_reason"])
-
-    def _keep(self, text: str) -> bool:
-        """Count ``text`` in; False once the answer is too large to keep."""
-        self.kept_bytes += _utf8_bytes(text)
-        if self.kept_bytes > self.max_bytes and not self.too_large:
-            self.too_large = True
-            self._stop_keeping()
-        return not self.too_large
-
-    def _stop_keeping(self) -> None:
-        """It will not be cached: let go of what was kept."""
-        self.pieces.clear()
-        self.calls.clear()
-
-    def _merge_call(self, piece: dict[str, Any]) -> None:
-        call = self.calls.setdefault(int(piece.get("index") or 0), {"function": {"name": "", "arguments": ""}})
-        for field_name in ("id", "type"):
-            if piece.get(field_name):
-                call[field_name] = piece[field_name]
-        function = _dict_field(piece, "function")
-        for part in ("name", "arguments"):
-            if isinstance(function.get(part), str) and self._keep(function[part]):
-                call["function"][part] += function[part]
-
-    def tool_call_answer(self) -> list[dict[str, Any]] | None:
-        """The tool calls, when the stream ended cleanly with nothing but them (and maybe text)."""
-        if self.finish_reasons != ["tool_calls"] or self.other or self.malformed or self.too_large or not self.calls:
-            return None
-        calls = [self.calls[index] for index in sorted(self.calls)]
-        return calls if all(c.get("id") and c["function"]["name"] for c in calls) else None
-
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-    def cacheable(self) -> bool:
-        clean = not (self.tool_calls or self.malformed or self.too_large)
-        return clean and self.finish_reasons == ["stop"] and any(self.pieces)
-
-
 async def _off_loop_if_long(check: Callable[[], _T], text_chars: int) -> _T:
     """``check()``, in a worker thread when the text it reads is long."""
     if text_chars > _INLINE_SCAN_CHARS:
@@ -832,82 +739,3 @@ def _as_upstream_error(exc: BaseException) -> SemcacheError:
     if isinstance(exc, SemcacheError):
         return exc
     return UpstreamUnavailable("the request leading this answer ended before it finished")
-
-
-def _tool_call_answer(response: dict[str, Any], max_bytes: int) -> list[dict[str, Any]] | None:
-    """The tool calls of a completion that ended cleanly with them, or None."""
-    choices = _dicts_of(response.get("choices"))
-    if len(choices) != 1 or not _is_first_choice(choices[0]) or choices[0].get("finish_reason") != "tool_calls":
-        return None
-    message = _dict_field(choices[0], "message")
-    calls = _dicts_of(message.get("tool_calls"))
-    if not calls or message.get("refusal") or message.get("function_call"):
-        return None
-    if not all(isinstance(c.get("function"), dict) and c.get("id") for c in calls):
-        return None
-    arguments = [c["function"].get("arguments") for c in calls]
-    left = max_bytes
-    for text in (_message_text(response), *(a for a in arguments if isinstance(a, str))):
-        if not _fits(text, left):
-            return None
-        left -= _utf8_bytes(text)
-    return calls
-
-
-def _message_text(response: dict[str, Any]) -> str:
-    choices = _dicts_of(response.get("choices"))
-    content = _dict_field(choices[0], "message").get("content") if choices else None
-    return content if isinstance(content, str) else ""
-
-
-def _clean_answer(response: dict[str, Any], max_bytes: int) -> str | None:
-    """The text of a completion that is safe to cache: one choice (index 0), finished with ``stop``,
-    no tool calls and no refusal, and at most ``max_bytes`` of UTF-8."""
-    choices = response.get("choices")
-    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-        return None
-    choice = choices[0]
-    message = choice.get("message") or {}
-    content = message.get("content")
-    if choice.get("finish_reason") != "stop" or message.get("tool_calls") or message.get("function_call"):
-        return None
-    if message.get("refusal"):  # the model declined: not an answer to hand anyone else
-        return None
-    if not _is_first_choice(choice) or not isinstance(content, str) or not content:
-        return None
-    return content if _fits(content, max_bytes) else None
-
-
-def _carries_anything(delta: dict[str, Any]) -> bool:
-    """Whether a stream's delta adds anything: content, a tool call, a role, ... (not just empty fields)."""
-    return any(value not in (None, "", [], {}) for value in delta.values())
-
-
-def _is_first_choice(choice: dict[str, Any]) -> bool:
-    """Whether a choice is the first (index 0, or no index): the only one a cached answer may have."""
-    index = choice.get("index", 0)
-    return index is None or (type(index) is int and index == 0)
-
-
-def _fits(text: str, max_bytes: int) -> bool:
-    """Whether ``text`` takes at most ``max_bytes`` in UTF-8, encoding it only when its length cannot
-    tell (each character takes one to four bytes): a huge answer is never encoded just to be measured."""
-    if len(text) > max_bytes:
-        return False
-    return len(text) * 4 <= max_bytes or _utf8_bytes(text) <= max_bytes
-
-
-def _utf8_bytes(text: str) -> int:
-    """The length of ``text`` in UTF-8; an ASCII text's is its length, known without encoding it."""
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
-def _dicts_of(items: object) -> list[dict[str, Any]]:
-    """The dicts of a list from the upstream, which is not trusted to be well-formed."""
-    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-
-
-def _dict_field(item: dict[str, Any], name: str) -> dict[str, Any]:
-    """``item[name]`` when it is a dict, else an empty one: upstream JSON is not trusted."""
-    value = item.get(name)
-    return value if isinstance(value, dict) else {}

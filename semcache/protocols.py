@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -175,16 +175,25 @@ class Relayed:
     close: Callable[[], Awaitable[None]]
 
 
+# The OpenAI APIs whose answers semcache caches: Chat Completions, the legacy Completions, Responses.
+UpstreamApi = Literal["chat", "completions", "responses"]
+
+
 class Upstream(Protocol):
     """An OpenAI-compatible model. Errors surface as ``semcache.errors.UpstreamError``."""
 
-    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        """A non-streamed chat completion."""
+    async def complete(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> dict[str, Any]:
+        """A non-streamed answer of ``api`` (a chat completion unless said otherwise)."""
         ...
 
-    def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
-        """The chunks of a streamed chat completion. Ends normally only after ``[DONE]``;
-        a stream cut off or malformed raises ``UpstreamError``."""
+    def stream(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The events of a streamed answer of ``api``. Ends normally only after ``[DONE]`` (or, for
+        the Responses API, its final ``response.*`` event); a stream cut off or malformed raises
+        ``UpstreamError``."""
         ...
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]: ...

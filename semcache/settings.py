@@ -46,7 +46,17 @@ DEFAULT_LANGUAGE_THRESHOLDS = {"han": 0.987, "other": 0.987}
 # /v1 routes passed on to the upstream as they are: stateless inference by default. Account routes
 # act on whoever's key goes upstream, the operator's too with upstream_api_key.
 DEFAULT_PASSTHROUGH_ROUTES = ("models", "embeddings", "completions", "moderations", "audio", "images")
-ACCOUNT_ROUTES = ("files", "uploads", "batches", "fine_tuning", "assistants", "threads", "vector_stores")
+ACCOUNT_ROUTES = (
+    "files",
+    "uploads",
+    "batches",
+    "fine_tuning",
+    "assistants",
+    "threads",
+    "vector_stores",
+    "responses",
+    "conversations",
+)
 # The longest lifetime an entry may be given, by the ttl setting or a request's X-Semcache-TTL:
 # ten years, far inside what every store can count in milliseconds.
 MAX_TTL_S = 315_360_000

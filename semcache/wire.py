@@ -79,6 +79,30 @@ class ChatCompletionRequest(BaseModel):
         return total
 
 
+class CompletionRequest(BaseModel):
+    """A legacy Completions request (``/v1/completions``); fields it does not name pass through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=MAX_MODEL_CHARS)
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(
+        description="One text is cached; token ids or several prompts are passed on untouched."
+    )
+    stream: bool = False
+
+
+class ResponsesRequest(BaseModel):
+    """A Responses API request (``/v1/responses``); fields it does not name pass through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=MAX_MODEL_CHARS)
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=MAX_MESSAGES, fail_fast=True)] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    stream: bool = False
+
+
 def parse_json_body(raw: bytes, max_depth: int) -> Any:
     """The JSON value of a request body, or a 400 that says what is wrong with it.
 

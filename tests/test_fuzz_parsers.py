@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from semcache.dialects.chat import StreamedChatAnswer as _StreamedAnswer
 from semcache.errors import InvalidRequest, UpstreamError
 from semcache.keys import bypass_reason, normalize, request_key
-from semcache.pipeline import _StreamedAnswer
 from semcache.server.limits import RequestBounds
 from semcache.settings import Settings
 from semcache.upstreams.remote import RemoteUpstream, parse_sse

@@ -28,10 +28,11 @@ import openai
 import pytest
 
 from semcache.coalescing import InFlight
+from semcache.dialects.chat import StreamedChatAnswer as _StreamedAnswer
+from semcache.dialects.chat import clean_answer as _clean_answer
 from semcache.errors import UpstreamAnswerTooLarge, UpstreamStatusError
 from semcache.keys import request_key
 from semcache.logs import Redactor
-from semcache.pipeline import _clean_answer, _StreamedAnswer
 from semcache.testing.standin_upstream import (
     AFTER_FINISH_TEXT,
     StandinUpstream,

@@ -43,11 +43,13 @@ class DictionaryUpstream:
             raise UpstreamUnavailable("the upstream is down")
         return self.answers[prompt]
 
-    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    async def complete(self, body: dict[str, Any], headers: dict[str, str], api: str = "chat") -> dict[str, Any]:
         answer = self._answer(body)
         return chat_completion(response_id=completion_id(), model=body["model"], content=answer, usage={})
 
-    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(
+        self, body: dict[str, Any], headers: dict[str, str], api: str = "chat"
+    ) -> AsyncIterator[dict[str, Any]]:
         answer = self._answer(body)
         response_id = completion_id()
         for number, word in enumerate(answer.split(" ")):

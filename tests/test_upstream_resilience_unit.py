@@ -28,7 +28,7 @@ class FakeUpstream:
         self.behaviour: Any = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
         self.calls = 0
 
-    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    async def complete(self, body: dict[str, Any], headers: dict[str, str], api: str = "chat") -> dict[str, Any]:
         self.calls += 1
         if self.behaviour == "hang":
             await asyncio.sleep(3600)
@@ -36,7 +36,7 @@ class FakeUpstream:
             raise self.behaviour
         return dict(self.behaviour)
 
-    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
+    async def stream(self, body: dict[str, Any], headers: dict[str, str], api: str = "chat") -> Any:
         yield await self.complete(body, headers)
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:

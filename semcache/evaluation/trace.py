@@ -22,7 +22,7 @@ from ..embedders import BatchingEmbedder
 from ..index import ScopedVectorIndex
 from ..judges import EmbeddingJudge, JudgeCase
 from ..pipeline import Pipeline, RequestControls
-from ..protocols import Relayed, RelayRequest, Verifier
+from ..protocols import Relayed, RelayRequest, UpstreamApi, Verifier
 from ..quality import DecisionLog, NamespacePolicies, QualityPolicy
 from ..stores import SQLiteStore
 from ..tiers import TemplateTier
@@ -82,7 +82,9 @@ class ClusterUpstream:
         self.cluster_of_answer: dict[str, str] = {}
         self.calls = 0
 
-    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    async def complete(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> dict[str, Any]:
         self.calls += 1
         prompt = body["messages"][-1]["content"]
         cluster = self._cluster_of[prompt]
@@ -95,7 +97,9 @@ class ClusterUpstream:
         facts = self._wording.sample(cluster_facts(cluster), _FACTS_SAID)
         return f'{opening} on "{self._topic[cluster]}": {", ".join(facts)} (answer {self.calls}). {closing}'.strip()
 
-    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> AsyncIterator[dict[str, Any]]:
         raise NotImplementedError("the trace replay asks without streaming")
         yield {}  # pragma: no cover
 

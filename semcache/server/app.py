@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from ..budget import ErrorBudgets, share_evidence
+from ..dialects.responses import IssuedResponses
 from ..embedders import BatchingEmbedder, RoutedEmbedder, load_configured_embedder, load_routed
 from ..errors import StoreUnavailable
 from ..feedback import WrongAnswers
@@ -42,6 +43,7 @@ from ..wire import ChatCompletionRequest
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
 from .admin_entries import entries_router
+from .apis import apis_router
 from .cache_api import cache_api_router
 from .errors import ERROR_RESPONSES, install_error_handlers
 from .fastpath import DirectRoute
@@ -70,6 +72,8 @@ class AppState:
     rate_limiter: RateLimiter | None = None
     replica: Replica | None = None  # with --store redis
     evidence_store: EvidenceStore | None = None  # where the error budgets' evidence is kept
+    # The hits served as Responses, which a later previous_response_id may go on from.
+    issued_responses: IssuedResponses = field(default_factory=IssuedResponses)
     load_error: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -126,6 +130,7 @@ def create_app(
     app.include_router(router)
     app.include_router(feedback_router)
     app.include_router(cache_api_router)
+    app.include_router(apis_router)
     app.include_router(admin_router)
     app.include_router(entries_router)
     app.include_router(monitoring_router)

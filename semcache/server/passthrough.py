@@ -39,20 +39,27 @@ async def passthrough(path: str, request: Request) -> Any:
         )
     namespace = namespace_of(request)
     admit(request, namespace)  # with API keys configured, only their holders may pass
+    return await relay(request, f"/{path}", namespace, segments[0], await request.body())
+
+
+async def relay(request: Request, path: str, namespace: str, route: str, body: bytes) -> StreamingResponse:
+    """Pass the request on to the upstream's ``path`` (below /v1) with ``body``, and its answer back
+    as it comes, never cached (``X-Semcache: bypass``); counted in /stats under ``route``."""
+    state = request.app.state.semcache
     upstream = upstream_of(request)
-    relay = RelayRequest(
+    relay_request = RelayRequest(
         method=request.method,
-        path=f"/{path}",
+        path=path,
         query=request.url.query,
-        body=await request.body(),
+        body=body,
         content_type=request.headers.get("content-type"),
     )
     try:
-        relayed = await upstream.relay(relay, dict(request.headers))
+        relayed = await upstream.relay(relay_request, dict(request.headers))
     except Exception:
-        state.observer.request(namespace, "error", None, segments[0])
+        state.observer.request(namespace, "error", None, route)
         raise
-    state.observer.request(namespace, "bypass", None, segments[0])
+    state.observer.request(namespace, "bypass", None, route)
     return StreamingResponse(
         relayed.body,
         status_code=relayed.status,

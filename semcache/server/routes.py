@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ..dialects import Dialect
+from ..dialects.chat import CHAT
 from ..errors import InvalidRequest, NotReady, SemcacheError, StoreUnavailable, openai_error_body
 from ..keys import account_id, user_id
 from ..management import EntryAdmin
@@ -78,31 +80,37 @@ def entry_admin_of(request: Request) -> EntryAdmin:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
     arrived = time.perf_counter()  # hits are padded from here (hit_min_latency_ms)
     pipeline = pipeline_of(request)
-    state = _state(request)
-    RequestBounds.from_settings(state.settings).check(body)
     namespace = namespace_of(request)
     admit(request, namespace)
-    lookup = await pipeline.lookup(body, namespace, _controls(request, body))
+    return await answer(request, pipeline, body, namespace, arrived, CHAT)
+
+
+async def answer(
+    request: Request, pipeline: Pipeline, body: ChatCompletionRequest, namespace: str, arrived: float, dialect: Dialect
+) -> Response:
+    """A request through the tiers, answered in its own API (``dialect``): ``body`` is its chat view."""
+    RequestBounds.from_settings(_state(request).settings).check(body)
+    lookup = await pipeline.lookup(body, namespace, _controls(request, body), dialect)
     upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
     try:
         if lookup.hit is not None:
             await pipeline.pad_hit(lookup, arrived)
             await pipeline.record(lookup)
             if body.stream:
-                return _sse(pipeline.hit_stream(lookup), _outcome_headers(lookup))
+                return _sse(pipeline.hit_stream(lookup), _outcome_headers(lookup), dialect)
             return await json_response(await pipeline.hit_response(lookup), headers=_outcome_headers(lookup))
         if body.stream:
             chunks = pipeline.forward_stream(lookup, upstream_headers)
             first = await anext(chunks, None)  # errors before the first byte keep their HTTP status
             await pipeline.pad_hit(lookup, arrived)  # an answer shared with a request in flight
             await pipeline.record(lookup)
-            return _sse(chunks, _outcome_headers(lookup), first)
+            return _sse(chunks, _outcome_headers(lookup), dialect, first)
         response = await pipeline.forward(lookup, upstream_headers)
         await pipeline.pad_hit(lookup, arrived)
         await pipeline.record(lookup)
         return await json_response(response, headers=_outcome_headers(lookup))
     except SemcacheError as error:
-        pipeline.record_error(namespace)
+        pipeline.record_error(namespace, dialect.api)
         failure = error_response(error)
         failure.headers.update(_outcome_headers(lookup))
         return failure
@@ -224,10 +232,15 @@ def _outcome_headers(lookup: Lookup) -> dict[str, str]:
 
 
 def _sse(
-    chunks: AsyncIterator[dict[str, Any]], headers: dict[str, str], first: dict[str, Any] | None = None
+    chunks: AsyncIterator[dict[str, Any]],
+    headers: dict[str, str],
+    dialect: Dialect,
+    first: dict[str, Any] | None = None,
 ) -> StreamingResponse:
     return _ClosingStreamingResponse(
-        _sse_events(chunks, first), media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
+        _sse_events(chunks, first, dialect),
+        media_type="text/event-stream",
+        headers={**headers, "Cache-Control": "no-cache"},
     )
 
 
@@ -245,20 +258,23 @@ class _ClosingStreamingResponse(StreamingResponse):
                 await close()
 
 
-async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None) -> AsyncIterator[bytes]:
+async def _sse_events(
+    chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None, dialect: Dialect
+) -> AsyncIterator[bytes]:
+    named = dialect.named_events
     try:
         if first is not None:
-            yield await _event(first)
+            yield await _event(first, named)
         async for chunk in chunks:
-            yield await _event(chunk)
+            yield await _event(chunk, named)
     except SemcacheError as error:
         # Headers are gone already: report in-band, as OpenAI does, and never send [DONE].
         log.warning("stream ended early: %s", error.message)
-        yield await _event(error.to_openai())
+        yield await _event(error.to_openai(), named)
         return
     except Exception:
         log.exception("stream failed")
-        yield await _event(openai_error_body("internal error", "server_error", "internal_error"))
+        yield await _event(openai_error_body("internal error", "server_error", "internal_error"), named)
         return
     finally:
         # Close the chain now, not when the garbage collector gets to it: a client that went away
@@ -266,9 +282,13 @@ async def _sse_events(chunks: AsyncIterator[dict[str, Any]], first: dict[str, An
         close = getattr(chunks, "aclose", None)
         if close is not None:
             await close()
-    yield b"data: [DONE]\n\n"
+    if dialect.ends_with_done:
+        yield b"data: [DONE]\n\n"
 
 
-async def _event(payload: dict[str, Any]) -> bytes:
-    """One SSE event; a large one (megabytes in one chunk) rendered with the event loop free between its pieces."""
-    return b"data: " + await render(payload) + b"\n\n"
+async def _event(payload: dict[str, Any], named: bool = False) -> bytes:
+    """One SSE event, after an ``event:`` line naming its type when ``named`` (the Responses API);
+    a large one (megabytes in one chunk) rendered with the event loop free between its pieces."""
+    kind = payload.get("type") if named else None
+    head = b"event: " + kind.encode() + b"\n" if isinstance(kind, str) and kind.isprintable() else b""
+    return head + b"data: " + await render(payload) + b"\n\n"

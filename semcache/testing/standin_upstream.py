@@ -694,17 +694,6 @@ def create_standin_app(state: StandinState) -> FastAPI:
         return JSONResponse({"object": "list", "data": data, "model": body.get("model", MODEL_ID),
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
 
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        body = await _read_json(request)
-        _record(state, request, body)
-        prompt = body.get("prompt") if isinstance(body, dict) else None
-        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion", "created": 0,
-                             "model": body.get("model", MODEL_ID),
-                             "choices": [{"index": 0, "text": f"Completion of: {prompt}", "finish_reason": "stop",
-                                          "logprobs": None}],
-                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})  # fmt: skip
-
     @app.post("/v1/audio/speech")
     async def speech(request: Request) -> Response:
         body = await _read_json(request)
@@ -724,6 +713,11 @@ def create_standin_app(state: StandinState) -> FastAPI:
             "has_more": False,
             "data": [{"id": "file-standin", "object": "file", "purpose": "batch"}],
         }
+
+    # Imported here: the dialects' routes are built from this module's helpers.
+    from .standin_dialects import add_dialect_routes
+
+    add_dialect_routes(app, state)
 
     @app.post("/_control")
     async def set_control(request: Request) -> Response:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import InvalidRequest, NotFound, UpstreamError, UpstreamUnavailable
-from ..protocols import Relayed, RelayRequest
+from ..protocols import Relayed, RelayRequest, UpstreamApi
 from ..wire import chat_chunk, chat_completion, completion_id, usage_chunk
 
 if TYPE_CHECKING:
@@ -177,7 +177,10 @@ class LocalUpstream:
 
     # ------------------------------------------------------------------ the Upstream protocol
 
-    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    async def complete(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> dict[str, Any]:
+        _chat_only(api)
         params = _parse(body)
         request = await self._submit(params)
         parts: list[str] = []
@@ -195,9 +198,12 @@ class LocalUpstream:
         answer["choices"][0]["finish_reason"] = event.reason
         return answer
 
-    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncGenerator[dict[str, Any], None]:
+    async def stream(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Chunks as the model produces them: a role delta, content deltas, a finish chunk, and a usage
         chunk when ``stream_options.include_usage`` is set. Closing the generator cancels the request."""
+        _chat_only(api)
         params = _parse(body)
         request = await self._submit(params)
         response_id, created = completion_id(), int(time.time())
@@ -678,3 +684,8 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _chat_only(api: UpstreamApi) -> None:
+    if api != "chat":
+        raise NotFound(f"the local backend answers chat completions only, not the {api} API", code="unknown_route")

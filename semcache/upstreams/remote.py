@@ -12,7 +12,7 @@ from pydantic_core import from_json
 
 from ..errors import UpstreamAnswerTooLarge, UpstreamError, UpstreamStatusError, UpstreamUnavailable
 from ..logs import REQUEST_ID_HEADER, Redactor, current_request_id
-from ..protocols import Relayed, RelayRequest
+from ..protocols import Relayed, RelayRequest, UpstreamApi
 
 # Headers from the client that are safe and useful to pass on, when the client's own key is.
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
@@ -30,6 +30,10 @@ _T = TypeVar("_T")
 _MAX_ERROR_BODY_BYTES = 64 * 1024
 # Retry-After values passed on to the client: seconds, or an HTTP date; nothing else an upstream sends.
 _RETRY_AFTER = re.compile(r"\d{1,9}(\.\d{1,6})?|[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
+# Where each API is, below the base URL.
+_PATHS: dict[UpstreamApi, str] = {"chat": "/chat/completions", "completions": "/completions", "responses": "/responses"}
+# The Responses API's stream ends with one of these events, and no [DONE].
+_RESPONSE_FINAL_EVENTS = frozenset(("response.completed", "response.incomplete", "response.failed"))
 # Without configured secrets, the upstream's errors are still scrubbed of anything that looks like one.
 _PATTERNS_ONLY = Redactor()
 
@@ -72,21 +76,25 @@ class RemoteUpstream:
             headers[REQUEST_ID_HEADER] = request_id
         return headers
 
-    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        request = self._client.build_request("POST", "/chat/completions", json=body, headers=self._headers(headers))
+    async def complete(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> dict[str, Any]:
+        request = self._client.build_request("POST", _PATHS[api], json=body, headers=self._headers(headers))
         data = await self._send(request)
-        answer = await _off_loop_if_large(_completion, data, len(data))
+        answer = await _off_loop_if_large(_ANSWER_READERS[api], data, len(data))
         if self._redact.may_hold_secret(data):  # an upstream that quotes its key must not hand it on
             answer = await _off_loop_if_large(self._redact.scrub, answer, len(data))
         return answer
 
-    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> AsyncIterator[dict[str, Any]]:
         request = self._client.build_request(
-            "POST", "/chat/completions", json={**body, "stream": True}, headers=self._headers(headers)
+            "POST", _PATHS[api], json={**body, "stream": True}, headers=self._headers(headers)
         )
         response = await self._open(request)
         try:
-            async for chunk in parse_sse(response.aiter_bytes(), self._redact):
+            async for chunk in parse_sse(response.aiter_bytes(), self._redact, api):
                 yield chunk
         except httpx.TimeoutException as exc:
             raise UpstreamUnavailable("the upstream stopped sending mid-stream", status_code=504) from exc
@@ -176,26 +184,32 @@ class RemoteUpstream:
         await self._client.aclose()
 
 
-async def parse_sse(body: AsyncIterator[bytes], redact: Redactor = _PATTERNS_ONLY) -> AsyncIterator[dict[str, Any]]:
-    """Yield the JSON chunks of an SSE stream; raise unless it ends with ``data: [DONE]``.
+async def parse_sse(
+    body: AsyncIterator[bytes], redact: Redactor = _PATTERNS_ONLY, api: UpstreamApi = "chat"
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the JSON chunks of an SSE stream; raise unless it ends with ``data: [DONE]`` (or, for
+    the Responses API, with its final ``response.completed``, ``.incomplete`` or ``.failed`` event).
 
-    Every chunk is an object whose ``choices``, if any, is a list of objects with an object ``delta``.
-    Anything else the upstream sends ends the stream with an ``UpstreamError``; an in-band error
-    event is relayed as the upstream worded it, scrubbed by ``redact``.
+    Every chunk is an object whose ``choices``, if any, is a list of objects with an object ``delta``
+    (a ``text`` for the legacy completions). Anything else the upstream sends ends the stream with an
+    ``UpstreamError``; an in-band error event is relayed as the upstream worded it, scrubbed by ``redact``.
     """
+    choice_body = "delta" if api == "chat" else None
     async for line in _sse_lines(body):
         if not line.startswith(b"data:"):
             continue  # blank separators, comments and event names carry nothing we use
         data = line[5:].strip()
         if data == b"[DONE]":
             return
-        chunk = await _off_loop_if_large(_stream_event, data, len(data))
+        chunk = await _off_loop_if_large(lambda data: _stream_event(data, choice_body), data, len(data))
         if _is_error_event(chunk):
             scrubbed = await _off_loop_if_large(redact.scrub, chunk, len(data))
             raise UpstreamStatusError("the upstream reported an error mid-stream", status_code=502, body=scrubbed)
         if redact.may_hold_secret(data):
             chunk = await _off_loop_if_large(redact.scrub, chunk, len(data))
         yield chunk
+        if api == "responses" and chunk.get("type") in _RESPONSE_FINAL_EVENTS:
+            return
     raise UpstreamUnavailable("the upstream stream ended before [DONE]")
 
 
@@ -250,18 +264,41 @@ async def _off_loop_if_large(work: Callable[[Any], _T], value: Any, size: int) -
     return work(value)
 
 
-def _completion(data: bytes) -> dict[str, Any]:
-    """A non-streamed answer: a JSON object with well-formed choices."""
+def _json_object(data: bytes) -> dict[str, Any]:
     try:
         answer = _json(data)
     except ValueError as exc:
         raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
-    if not isinstance(answer, dict) or not _well_formed_choices(answer.get("choices"), "message"):
+    if not isinstance(answer, dict):
+        raise UpstreamUnavailable("the upstream sent a response that is not a JSON object")
+    return answer
+
+
+def _completion(data: bytes, choice_body: str | None = "message") -> dict[str, Any]:
+    """A non-streamed chat (or legacy) completion: a JSON object with well-formed choices."""
+    answer = _json_object(data)
+    if not _well_formed_choices(answer.get("choices"), choice_body):
         raise UpstreamUnavailable("the upstream sent a response without well-formed choices")
     return answer
 
 
-def _stream_event(data: bytes) -> dict[str, Any]:
+def _response(data: bytes) -> dict[str, Any]:
+    """A non-streamed Response object: a JSON object with a list of output items."""
+    answer = _json_object(data)
+    output = answer.get("output")
+    if not isinstance(output, list) or not all(isinstance(item, dict) for item in output):
+        raise UpstreamUnavailable("the upstream sent a response without a well-formed output list")
+    return answer
+
+
+_ANSWER_READERS: dict[UpstreamApi, Callable[[bytes], dict[str, Any]]] = {
+    "chat": _completion,
+    "completions": lambda data: _completion(data, None),
+    "responses": _response,
+}
+
+
+def _stream_event(data: bytes, choice_body: str | None = "delta") -> dict[str, Any]:
     """One stream event: a JSON object, an error or with well-formed choices, if any."""
     try:
         chunk = _json(data)
@@ -269,14 +306,15 @@ def _stream_event(data: bytes) -> dict[str, Any]:
         raise UpstreamUnavailable("the upstream sent a malformed stream event") from exc
     if not isinstance(chunk, dict):
         raise UpstreamUnavailable("the upstream sent a stream event that is not an object")
-    if not _is_error_event(chunk) and "choices" in chunk and not _well_formed_choices(chunk["choices"], "delta"):
+    if not _is_error_event(chunk) and "choices" in chunk and not _well_formed_choices(chunk["choices"], choice_body):
         raise UpstreamUnavailable("the upstream sent a stream event without well-formed choices")
     return chunk
 
 
 def _is_error_event(chunk: dict[str, Any]) -> bool:
-    """OpenAI's ``{"error": {...}}``, or the ``{"object": "error", "message": ...}`` of vLLM and others."""
-    return "error" in chunk or chunk.get("object") == "error"
+    """OpenAI's ``{"error": {...}}`` (the Responses API's ``{"type": "error", ...}``), or the
+    ``{"object": "error", "message": ...}`` of vLLM and others."""
+    return "error" in chunk or chunk.get("object") == "error" or chunk.get("type") == "error"
 
 
 def _json(data: bytes) -> Any:
@@ -285,7 +323,7 @@ def _json(data: bytes) -> Any:
     return from_json(data, allow_inf_nan=False)
 
 
-def _well_formed_choices(choices: object, body_field: str) -> bool:
+def _well_formed_choices(choices: object, body_field: str | None) -> bool:
     """A list of objects whose ``message`` (or ``delta``), when present, is an object, and whose tool
     calls, when present, are a list of objects with integer indexes: what the pipeline reads."""
     if not isinstance(choices, list):
@@ -293,6 +331,8 @@ def _well_formed_choices(choices: object, body_field: str) -> bool:
     for choice in choices:
         if not isinstance(choice, dict):
             return False
+        if body_field is None:
+            continue
         body = choice.get(body_field)
         if body is None:
             continue

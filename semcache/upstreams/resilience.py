@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from ..errors import SemcacheError, UpstreamAnswerTooLarge, UpstreamError, UpstreamUnavailable
 from ..observer import NullObserver, Observer
-from ..protocols import Relayed, RelayRequest, Upstream
+from ..protocols import Relayed, RelayRequest, Upstream, UpstreamApi
 
 log = logging.getLogger("semcache.upstream")
 T = TypeVar("T")
@@ -145,14 +145,18 @@ class ResilientUpstream:
         self._observer = observer or NullObserver()
         self.retries = 0  # attempts beyond the first, for metrics
 
-    async def complete(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    async def complete(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> dict[str, Any]:
         async with self.limit.slot():
-            return await self._deadline(self._with_retries(lambda: self.inner.complete(body, headers)))
+            return await self._deadline(self._with_retries(lambda: self.inner.complete(body, headers, api)))
 
-    async def stream(self, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
+    ) -> AsyncIterator[dict[str, Any]]:
         async with self.limit.slot():
             deadline = None if self.total_timeout_s is None else time.monotonic() + self.total_timeout_s
-            chunks, first = await self._deadline(self._with_retries(lambda: self._open_stream(body, headers)))
+            chunks, first = await self._deadline(self._with_retries(lambda: self._open_stream(body, headers, api)))
             yield first
             try:
                 while True:
@@ -179,10 +183,10 @@ class ResilientUpstream:
                 await _close(chunks)
 
     async def _open_stream(
-        self, body: dict[str, Any], headers: dict[str, str]
+        self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi
     ) -> tuple[AsyncIterator[dict[str, Any]], dict[str, Any]]:
         """Start a stream and wait for its first chunk: failures up to here can still be retried."""
-        chunks = aiter(self.inner.stream(body, headers))
+        chunks = aiter(self.inner.stream(body, headers, api))
         try:
             first = await anext(chunks)
         except StopAsyncIteration as exc:

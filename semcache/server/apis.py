@@ -1,0 +1,68 @@
+"""``POST /v1/completions`` (the legacy API) and ``POST /v1/responses``: answered from the cache
+like chat when they can be (see ``semcache.dialects``), passed on untouched when they cannot."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from ..dialects.completions import CompletionsDialect
+from ..dialects.responses import ResponsesDialect
+from ..pipeline import Pipeline
+from ..wire import CompletionRequest, ResponsesRequest
+from .limits import BoundedJsonRoute
+from .passthrough import relay
+from .routes import admit, answer, namespace_of, pipeline_of
+
+apis_router = APIRouter(route_class=BoundedJsonRoute)
+
+
+@apis_router.post(
+    "/v1/completions",
+    summary="Create a legacy completion, from the cache when its prompt is one text",
+    responses={200: {"content": {"text/event-stream": {}}, "description": "With `stream: true`: server-sent "
+                     "events, one text_completion chunk each, ending with `data: [DONE]`"}},
+)  # fmt: skip
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    arrived, pipeline, namespace = _admitted(request)
+    dialect = CompletionsDialect(body.model_dump(exclude_unset=True))
+    view = dialect.chat_view()
+    if dialect.bypass_reason is not None:
+        return await relay(request, "/completions", namespace, dialect.api, await request.body())
+    return await answer(request, pipeline, view, namespace, arrived, dialect)
+
+
+@apis_router.post(
+    "/v1/responses",
+    summary="Create a response, from the cache when the request is stateless",
+    responses={200: {"content": {"text/event-stream": {}}, "description": "With `stream: true`: the "
+                     "Responses API's events, from response.created to response.completed"}},
+)  # fmt: skip
+async def responses(body: ResponsesRequest, request: Request) -> Response:
+    arrived, pipeline, namespace = _admitted(request)
+    sent = body.model_dump(exclude_unset=True)
+    dialect = ResponsesDialect(sent, namespace, request.app.state.semcache.issued_responses)
+    view = dialect.chat_view()
+    if dialect.bypass_reason is not None:
+        # Stateful, acting or not text: untouched, but for a hit's id written out as its conversation.
+        raw = await request.body() if dialect.body is sent else _json_bytes(dialect.body)
+        return await relay(request, "/responses", namespace, dialect.api, raw)
+    return await answer(request, pipeline, view, namespace, arrived, dialect)
+
+
+def _admitted(request: Request) -> tuple[float, Pipeline, str]:
+    """When the request arrived (hits are padded from then), the pipeline, and the namespace that
+    the client's key may use and whose rate limit it passed."""
+    arrived = time.perf_counter()
+    pipeline = pipeline_of(request)
+    namespace = namespace_of(request)
+    admit(request, namespace)
+    return arrived, pipeline, namespace
+
+
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False).encode()
