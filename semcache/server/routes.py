@@ -82,7 +82,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     RequestBounds.from_settings(state.settings).check(body)
     namespace = namespace_of(request)
     admit(request, namespace)
-    lookup = await pipeline.lookup(body, namespace, _controls(request, body))
+    lookup = await pipeline.lookup(body, namespace, request_controls(request, body.user))
     upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
     try:
         if lookup.hit is not None:
@@ -164,8 +164,23 @@ async def stats(request: Request) -> dict[str, Any]:
         },
         "expired": maintenance.expired if maintenance else 0,
         "evicted": maintenance.evicted if maintenance else 0,
+        "embeddings": {**snapshot["embeddings"], **await _embedding_entries(state)},
         # Each namespace's error budget (this replica's view of the shared evidence), busiest first.
         "quality": pipeline.semantic.quality(limit=state.settings.metrics_max_namespaces),
+    }
+
+
+async def _embedding_entries(state: Any) -> dict[str, Any]:
+    """The embeddings cache's size and what the sweeper took from it."""
+    maintenance = state.maintenance
+    try:
+        entries: int | None = await state.store.count_embeddings()
+    except StoreUnavailable:
+        entries = None
+    return {
+        "entries": entries,
+        "expired": maintenance.expired_embeddings if maintenance else 0,
+        "evicted": maintenance.evicted_embeddings if maintenance else 0,
     }
 
 
@@ -175,7 +190,8 @@ def namespace_of(request: Request) -> str:
     return str(access.namespace_for(request.headers.get("authorization"), request.headers.get("x-semcache-namespace")))
 
 
-def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
+def request_controls(request: Request, user: str | None) -> RequestControls:
+    """The request's cache headers, who sent it (its key and ``user`` field) and the account it names."""
     # Every Cache-Control header counts: a list header may be split over several lines.
     directives = {
         part.strip().lower() for value in request.headers.getlist("cache-control") for part in value.split(",")
@@ -198,7 +214,7 @@ def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
         read_cache="no-cache" not in directives,
         store="no-store" not in directives,
         ttl_s=ttl,
-        user=user_id(canonical_authorization(request.headers.get("authorization")), body.user),
+        user=user_id(canonical_authorization(request.headers.get("authorization")), user),
         account=account_id(request.headers.get("openai-organization"), request.headers.get("openai-project")),
     )
 
