@@ -41,6 +41,7 @@ MAX_EMBEDDING_INPUTS = 2048
 _NOT_VECTOR_SHAPING = frozenset({"input", "encoding_format", "user", "model", "dimensions"})
 # Token ids fit in 32 bits in every tokenizer OpenAI-compatible servers use.
 _MAX_TOKEN_ID = 2**32 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Counting the tokens of this many characters or more runs in a worker thread.
 _COUNT_OFF_LOOP_CHARS = 64 * 1024
 
@@ -307,7 +308,13 @@ def _as_vector(embedding: list[Any] | str) -> np.ndarray:
     else:
         if not {type(value) for value in embedding} <= {float, int}:
             raise UpstreamUnavailable("the upstream sent an embedding that is not a list of numbers")
-        vector = np.asarray(embedding, dtype=np.float64).astype(np.float32)
-    if not np.isfinite(vector).all():  # NaN, or a number beyond float32
+        try:
+            wide = np.asarray(embedding, dtype=np.float64)
+        except OverflowError as exc:  # an integer past any float
+            raise UpstreamUnavailable("the upstream sent an embedding that is not finite") from exc
+        if not (np.abs(wide) <= _FLOAT32_MAX).all():  # NaN too
+            raise UpstreamUnavailable("the upstream sent an embedding beyond float32")
+        vector = wide.astype(np.float32)
+    if not np.isfinite(vector).all():
         raise UpstreamUnavailable("the upstream sent an embedding that is not finite")
     return vector

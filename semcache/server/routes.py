@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -142,13 +142,9 @@ async def stats(request: Request) -> dict[str, Any]:
         return {**snapshot, "entries": None, "ready": False}
     index = pipeline.index.stats()
     maintenance = state.maintenance
-    try:
-        entries: int | None = await state.store.count()
-    except StoreUnavailable:
-        entries = None
     return {
         **snapshot,
-        "entries": entries,
+        "entries": await _count_or_none(state.store.count),
         "ready": True,
         "index": {
             "entries": index.entries,
@@ -173,15 +169,19 @@ async def stats(request: Request) -> dict[str, Any]:
 async def _embedding_entries(state: Any) -> dict[str, Any]:
     """The embeddings cache's size and what the sweeper took from it."""
     maintenance = state.maintenance
-    try:
-        entries: int | None = await state.store.count_embeddings()
-    except StoreUnavailable:
-        entries = None
     return {
-        "entries": entries,
+        "entries": await _count_or_none(state.store.count_embeddings),
         "expired": maintenance.expired_embeddings if maintenance else 0,
         "evicted": maintenance.evicted_embeddings if maintenance else 0,
     }
+
+
+async def _count_or_none(count: Callable[[], Awaitable[int]]) -> int | None:
+    """A count from the store; None while it is unreachable."""
+    try:
+        return await count()
+    except StoreUnavailable:
+        return None
 
 
 def namespace_of(request: Request) -> str:
