@@ -593,8 +593,8 @@ class RedisStore:
     # -- the embeddings cache ----------------------------------------------------------------------
 
     async def get_embeddings(self, keys: Sequence[str], now: float) -> dict[str, bytes]:
-        """One round trip: the vectors, then recency for those found (a key that expired natively
-        is missing here, and its sorted-set members go with the next sweep)."""
+        """The vectors, then recency for those found: two round trips at most. A key that expired
+        natively is missing here; its sorted-set members go with the next sweep."""
         wanted = list(dict.fromkeys(keys))
         if not wanted:
             return {}
