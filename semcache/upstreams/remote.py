@@ -97,21 +97,21 @@ class RemoteUpstream:
 
     async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         request = self._client.build_request("POST", "/embeddings", json=body, headers=self._headers(headers))
-        return await self._json_object(request, "embeddings")
+        return await self._json_object(request, "an embeddings answer")
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         request = self._client.build_request("GET", "/models", headers=self._headers(headers))
-        return await self._json_object(request, "model list")
+        return await self._json_object(request, "a model list")
 
     async def _json_object(self, request: httpx.Request, what: str) -> dict[str, Any]:
-        """A successful answer that must be a JSON object; anything else is a 502 naming ``what``."""
+        """A successful answer that must be a JSON object; anything else is a 502 naming ``what`` it was."""
         data = await self._send(request)
         try:
             answer = await _off_loop_if_large(_json, data, len(data))
         except ValueError as exc:
-            raise UpstreamUnavailable(f"the upstream sent a {what} that is not JSON") from exc
+            raise UpstreamUnavailable(f"the upstream sent {what} that is not JSON") from exc
         if not isinstance(answer, dict):
-            raise UpstreamUnavailable(f"the upstream sent a {what} that is not a JSON object")
+            raise UpstreamUnavailable(f"the upstream sent {what} that is not a JSON object")
         return answer
 
     async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
