@@ -242,6 +242,14 @@ def consulted_tools(request: ChatCompletionRequest) -> bool:
     return False
 
 
+def embedding_key(scope: dict[str, Any], item: str | list[int]) -> str:
+    """The key of one embeddings input: the digest of its ``scope`` (namespace, model, dimensions,
+    the other fields that shape a vector, the account and, per user, the user) and the input as it
+    is, text or token ids (the digest's JSON keeps ``"1"`` and ``[1]`` apart). Inputs are never
+    normalised: a space changes an embedding, and an exact cache must give the vector asked for."""
+    return _digest({"api": "embeddings", "scope": scope, "input": item})
+
+
 def account_id(organization: str | None, project: str | None) -> str | None:
     """The upstream account a request asked for (``OpenAI-Organization``, ``OpenAI-Project``), which
     may change the models it reaches; None when it named neither. Part of the scope when set."""

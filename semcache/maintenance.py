@@ -24,7 +24,7 @@ from .entries import PendingAccesses
 from .errors import StoreUnavailable
 from .index import ScopedVectorIndex
 from .language import detect_script
-from .protocols import EvidenceStore, IndexSource, ReembeddableStore, SweptStore
+from .protocols import EmbeddingStore, EvidenceStore, IndexSource, ReembeddableStore, SweptStore
 
 log = logging.getLogger("semcache.maintenance")
 
@@ -135,9 +135,14 @@ class Maintenance:
     # The error budgets' evidence is shared through the store on every pass.
     budgets: ErrorBudgets | None = None
     evidence_store: EvidenceStore | None = None
+    # The /v1/embeddings cache's vectors: expired and bounded like answers.
+    embedding_store: EmbeddingStore | None = None
+    max_embedding_entries: int = 1_000_000
     clock: Callable[[], float] = time.time
     expired: int = 0
     evicted: int = 0
+    expired_embeddings: int = 0
+    evicted_embeddings: int = 0
     last_snapshot: float = 0.0
 
     async def run_forever(self) -> None:
@@ -168,6 +173,9 @@ class Maintenance:
             await asyncio.to_thread(self.index.remove, [r.id for r in expired + evicted])
         self.expired += len(expired)
         self.evicted += len(evicted)
+        if self.embedding_store is not None:
+            self.expired_embeddings += await self.embedding_store.delete_expired_embeddings(self.clock())
+            self.evicted_embeddings += await self.embedding_store.evict_embeddings(self.max_embedding_entries)
         for scope in self.index.scopes_needing_rebuild():
             log.info("rebuilding the index of one scope in the background")
             await asyncio.to_thread(self.index.rebuild, scope)

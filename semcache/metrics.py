@@ -147,6 +147,19 @@ class Metrics:
             ["namespace", "verdict"],
             registry=registry,
         )
+        embedding_inputs = Counter(
+            "semcache_embedding_inputs",
+            "Inputs of /v1/embeddings requests by source: 'cache' (a stored vector) or 'upstream' (asked, once each).",
+            ["source"],
+            registry=registry,
+        )
+        self._embedding_inputs = {source: embedding_inputs.labels(source) for source in ("cache", "upstream")}
+        self._embedding_tokens_saved = Counter(
+            "semcache_embedding_tokens_saved",
+            "Upstream tokens that /v1/embeddings inputs served from the cache avoided (tiktoken; token ids count "
+            "themselves).",
+            registry=registry,
+        )
         registry.register(_ScrapeTimeCollector(read))
 
     # -- Observer ----------------------------------------------------------------------------------
@@ -191,6 +204,11 @@ class Metrics:
     def embedded(self, batch_size: int, seconds: float) -> None:
         self._embedding_seconds.observe(seconds)
         self._embedding_batch.observe(batch_size)
+
+    def embeddings(self, namespace: str, inputs: int, from_cache: int, asked: int, tokens_saved: int) -> None:
+        self._embedding_inputs["cache"].inc(from_cache)
+        self._embedding_inputs["upstream"].inc(asked)
+        self._embedding_tokens_saved.inc(tokens_saved)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format Prometheus scrapes, and its content type."""

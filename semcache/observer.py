@@ -52,6 +52,11 @@ class Observer(Protocol):
         """One embedding model call."""
         ...
 
+    def embeddings(self, namespace: str, inputs: int, from_cache: int, asked: int, tokens_saved: int) -> None:
+        """One answered ``/v1/embeddings`` request: its inputs, those served from the cache, those
+        asked of the upstream (each once), and the upstream tokens the cached ones avoided."""
+        ...
+
 
 class NullObserver:
     """Hears everything and keeps nothing: the default where no one listens."""
@@ -78,6 +83,9 @@ class NullObserver:
         pass
 
     def embedded(self, batch_size: int, seconds: float) -> None:
+        pass
+
+    def embeddings(self, namespace: str, inputs: int, from_cache: int, asked: int, tokens_saved: int) -> None:
         pass
 
 
@@ -118,6 +126,10 @@ class FanOut:
     def embedded(self, batch_size: int, seconds: float) -> None:
         for observer in self.observers:
             observer.embedded(batch_size, seconds)
+
+    def embeddings(self, namespace: str, inputs: int, from_cache: int, asked: int, tokens_saved: int) -> None:
+        for observer in self.observers:
+            observer.embeddings(namespace, inputs, from_cache, asked, tokens_saved)
 
 
 class timed:  # lower case: it reads as a function, `with timed(observer, "index_search"):`

@@ -111,7 +111,34 @@ class SettingsStore(Protocol):
     async def negative_feedback(self) -> list[NegativeFeedback]: ...
 
 
-class Store(AnswerStore, SweptStore, OperatorStore, SettingsStore, Protocol):
+class EmbeddingStore(Protocol):
+    """Where the embeddings route keeps its vectors (semcache.embedding_cache): float32 bytes by the
+    digest of one input and everything that shapes its vector (``keys.embedding_key``).
+
+    Contract: once ``put_embeddings`` returns, the vectors survive a crash of this process. An
+    entry past its ``expires_at`` is never returned, swept or not.
+    """
+
+    async def get_embeddings(self, keys: Sequence[str], now: float) -> dict[str, bytes]:
+        """The live vectors of those keys that are stored; each found one counts as used at ``now``."""
+        ...
+
+    async def put_embeddings(self, items: dict[str, bytes], now: float, expires_at: float | None) -> None:
+        """Store (or replace) these vectors, last used at ``now``; ``expires_at`` None: never."""
+        ...
+
+    async def delete_expired_embeddings(self, now: float) -> int:
+        """Remove the vectors whose time is up; returns how many."""
+        ...
+
+    async def evict_embeddings(self, keep: int) -> int:
+        """Remove the least recently used vectors beyond ``keep``; returns how many."""
+        ...
+
+    async def count_embeddings(self) -> int: ...
+
+
+class Store(AnswerStore, SweptStore, OperatorStore, SettingsStore, EmbeddingStore, Protocol):
     """Durable home of cache entries, every role together: what the app factory opens and hands
     out, each part seeing only its role. The FAISS index is derived from it and rebuilt from it."""
 
@@ -194,6 +221,11 @@ class Upstream(Protocol):
         """The events of a streamed answer of ``api``. Ends normally only after ``[DONE]`` (or, for
         the Responses API, its final ``response.*`` event); a stream cut off or malformed raises
         ``UpstreamError``."""
+        ...
+
+    async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        """An embeddings request (``POST /v1/embeddings``): the answer as a JSON object, which the
+        caller checks. A backend that has no embeddings raises ``NotFound``."""
         ...
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]: ...

@@ -207,6 +207,15 @@ class Settings(BaseSettings):
         "unchanged.",
     )
     max_entries: int = Field(1_000_000, ge=1, description="Size bound; the least recently used entries go first.")
+    cache_embeddings: bool = Field(
+        True,
+        description="Cache POST /v1/embeddings per input (exact: the same input, model, dimensions and namespace "
+        "get the stored vector) and ask the upstream only for inputs not seen; off: it is passed on untouched, "
+        "if passthrough_routes holds it. Entries live ttl_s and honour the request's cache headers.",
+    )
+    max_embedding_entries: int = Field(
+        1_000_000, ge=1, description="Size bound of the embeddings cache, in inputs; the least recently used go first."
+    )
     sweep_interval_s: float = Field(30.0, gt=0, description="How often expired and surplus entries are removed.")
     snapshot_interval_s: float = Field(300.0, gt=0, description="How often the FAISS index is saved to disk.")
 

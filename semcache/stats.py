@@ -98,6 +98,12 @@ class Stats:
             self.embed_batches += 1
             self.embedded_prompts += batch_size
 
+    def embeddings(self, namespace: str, inputs: int, from_cache: int, asked: int, tokens_saved: int) -> None:
+        with self._lock:
+            self._add_locked({"embeddings:requests": 1, "embeddings:inputs": inputs,
+                              "embeddings:from_cache": from_cache, "embeddings:asked_upstream": asked,
+                              "embeddings:tokens_saved": tokens_saved})  # fmt: skip
+
     def stage(self, stage: str, seconds: float) -> None:
         pass  # steps are Prometheus histograms only
 
@@ -147,6 +153,7 @@ class Stats:
             "top_namespaces": _top_namespaces(namespaces),
             "savings": _savings(counts),
             "embedding": embedding,
+            "embeddings": _embeddings(counts),
             "latency": self.latencies.snapshot(),
         }
 
@@ -172,6 +179,19 @@ def _savings(counts: Counter[str]) -> dict[str, Any]:
         "total_tokens": prompt + completion,
         "cost_usd": round(counts["saved_cost_microusd"] / _MICRO, 6),
         "unpriced_requests": counts["saved_unpriced"],  # their model has no price: cost_usd leaves them out
+    }
+
+
+def _embeddings(counts: Counter[str]) -> dict[str, Any]:
+    """The /v1/embeddings cache: inputs served from it, asked upstream, and the upstream tokens saved."""
+    inputs, from_cache = counts["embeddings:inputs"], counts["embeddings:from_cache"]
+    return {
+        "requests": counts["embeddings:requests"],
+        "inputs": inputs,
+        "inputs_from_cache": from_cache,
+        "inputs_asked_upstream": counts["embeddings:asked_upstream"],
+        "input_hit_rate": round(from_cache / inputs, 4) if inputs else 0.0,
+        "tokens_saved": counts["embeddings:tokens_saved"],
     }
 
 

@@ -123,6 +123,12 @@ def _upkeep_line(data: dict[str, Any]) -> Text | None:
         parts.append(
             f"embedding: {embedding.get('batches', 0)} batches, mean size {embedding.get('mean_batch_size', 0)}"
         )
+    embeddings = data.get("embeddings")
+    if isinstance(embeddings, dict) and embeddings.get("requests"):
+        parts.append(
+            f"/v1/embeddings: {embeddings.get('inputs_from_cache', 0)} of {embeddings.get('inputs', 0)} inputs "
+            f"from the cache, {embeddings.get('tokens_saved', 0)} tokens saved"
+        )
     return Text("   ".join(parts), style="dim") if parts else None
 
 

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from semcache.errors import StoreUnavailable
+
 
 class HashingEmbedder:
     """A deterministic bag-of-words embedder: texts sharing words get similar vectors.
@@ -33,3 +35,51 @@ class HashingEmbedder:
             norm = np.linalg.norm(vectors[row])
             vectors[row] = vectors[row] / norm if norm else np.eye(1, self.dimension, 0, dtype=np.float32)[0]
         return vectors
+
+
+class MemoryEmbeddingStore:
+    """``EmbeddingStore`` in a dictionary; while ``down``, every call fails as a store that is away."""
+
+    def __init__(self) -> None:
+        self.vectors: dict[str, tuple[bytes, float | None, float]] = {}  # key: vector, expires_at, last use
+        self.down = False
+        self.puts = 0
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("the store is away")
+
+    async def get_embeddings(self, keys: Sequence[str], now: float) -> dict[str, bytes]:
+        self._check()
+        found = {}
+        for key in keys:
+            if key not in self.vectors:
+                continue
+            vector, expires_at, _ = self.vectors[key]
+            if expires_at is None or expires_at > now:
+                self.vectors[key] = (vector, expires_at, now)
+                found[key] = vector
+        return found
+
+    async def put_embeddings(self, items: dict[str, bytes], now: float, expires_at: float | None) -> None:
+        self._check()
+        self.puts += 1
+        self.vectors.update({key: (vector, expires_at, now) for key, vector in items.items()})
+
+    async def delete_expired_embeddings(self, now: float) -> int:
+        self._check()
+        expired = [k for k, (_, at, _) in self.vectors.items() if at is not None and at <= now]
+        for key in expired:
+            del self.vectors[key]
+        return len(expired)
+
+    async def evict_embeddings(self, keep: int) -> int:
+        self._check()
+        surplus = sorted(self.vectors, key=lambda k: self.vectors[k][2])[: max(0, len(self.vectors) - keep)]
+        for key in surplus:
+            del self.vectors[key]
+        return len(surplus)
+
+    async def count_embeddings(self) -> int:
+        self._check()
+        return len(self.vectors)

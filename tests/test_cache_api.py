@@ -246,7 +246,7 @@ def test_stats_count_requests_by_route(service: str, make_client: Callable[..., 
     assert by_route["chat"]["requests"] == 1 and by_route["chat"]["misses"] == 1
     assert by_route["cache_api"]["requests"] == 2
     assert (by_route["cache_api"]["hits"], by_route["cache_api"]["misses"]) == (1, 1)
-    assert by_route["embeddings"]["requests"] == 1 and by_route["embeddings"]["bypass"] == 1
+    assert by_route["embeddings"]["requests"] == 1 and by_route["embeddings"]["misses"] == 1
 
 
 LONG_CONTEXT = " ".join(f"Clause {n}: the tenant keeps the premises clean and in good repair." for n in range(60))

@@ -62,3 +62,27 @@ async def test_hits_the_store_could_not_take_are_kept_for_the_next_sweep(tmp_pat
     store.down = False
     await maintenance.sweep()
     assert store.touched == {1: 20.0}
+
+
+class EmbeddingSweepStore:
+    """The embeddings part of a store, recording what the sweeper asks of it."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, float]] = []
+
+    async def delete_expired_embeddings(self, now: float) -> int:
+        self.asked.append(("expire", now))
+        return 2
+
+    async def evict_embeddings(self, keep: int) -> int:
+        self.asked.append(("evict", keep))
+        return 3
+
+
+async def test_a_sweep_expires_and_bounds_the_embeddings_too(tmp_path: Path) -> None:
+    embeddings = EmbeddingSweepStore()
+    maintenance = sweeper(TouchStore(), PendingAccesses(), tmp_path)
+    maintenance.embedding_store, maintenance.max_embedding_entries = embeddings, 7  # type: ignore[assignment]
+    await maintenance.sweep()
+    assert embeddings.asked == [("expire", 1234.0), ("evict", 7)]
+    assert (maintenance.expired_embeddings, maintenance.evicted_embeddings) == (2, 3)

@@ -31,10 +31,10 @@ def test_moderations_and_speech_pass_through_the_openai_sdk_and_are_never_cached
     assert upstream.calls[0]["headers"]["authorization"] == "Bearer sk-test"  # the client's key, as on chat
 
 
-def test_embeddings_and_legacy_completions_pass_through_uncached_for_now(
+def test_legacy_completions_pass_through_and_embeddings_too_with_their_cache_off(
     serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
 ) -> None:
-    client = make_client(serve())
+    client = make_client(serve(cache_embeddings=False))  # on, they are cached: tests/test_embeddings_cache.py
     vectors = client.embeddings.create(model="text-embedding-3-small", input=["a chunk", "another chunk"])
     assert [item.index for item in vectors.data] == [0, 1] and len(vectors.data[0].embedding) == 8
     again = client.embeddings.create(model="text-embedding-3-small", input=["a chunk", "another chunk"])

@@ -59,6 +59,9 @@ class DictionaryUpstream:
             yield chat_chunk(response_id=response_id, model=MODEL, created=0, delta={"content": piece})
         yield chat_chunk(response_id=response_id, model=MODEL, created=0, delta={}, finish_reason="stop")
 
+    async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        raise NotImplementedError
+
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         return {"object": "list", "data": []}
 

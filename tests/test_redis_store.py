@@ -17,6 +17,7 @@ from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback
 from semcache.errors import StoreUnavailable
 from semcache.stores.redis import RedisStore
 from testkit.redis_server import RedisServer
+from testkit.store_contracts import check_embedding_store
 
 
 def entry(exact_key: str, *, scope: str = "scope-a", expires_at: float | None = None, seed: int = 0) -> CacheEntry:
@@ -225,3 +226,14 @@ async def test_redis_down_fails_fast_then_recovers(tmp_path: Path) -> None:
     finally:
         await store.close()
         restarted.stop()
+
+
+async def test_embeddings_are_kept_expired_and_bounded(store: RedisStore) -> None:
+    await check_embedding_store(store)
+    assert await store._redis.pttl(store.key("emb", "c")) == -1  # stored again without a TTL: none
+
+
+async def test_embeddings_expire_natively(store: RedisStore) -> None:
+    now = time.time()
+    await store.put_embeddings({"k": b"\x00\x00\x80?"}, now, now + 60)
+    assert 0 < await store._redis.pttl(store.key("emb", "k")) <= 60_000

@@ -14,6 +14,7 @@ import pytest
 from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback, RemovedEntry
 from semcache.stores import SQLiteStore
 from semcache.stores.sqlite import MIGRATIONS, PointReads
+from testkit.store_contracts import check_embedding_store
 
 
 def entry(
@@ -326,3 +327,19 @@ def test_a_read_that_raced_a_write_is_not_kept() -> None:
     for n in range(3):
         reads.keep("id", n, None, reads.generation)
     assert [reads.get("id", n)[0] for n in range(3)] == [False, True, True]  # the oldest made room
+
+
+async def test_embeddings_are_kept_expired_and_bounded(store: SQLiteStore) -> None:
+    await check_embedding_store(store)
+
+
+async def test_embeddings_survive_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "entries.sqlite3"
+    first = SQLiteStore(path)
+    await first.open()
+    await first.put_embeddings({"k": b"\x00\x00\x80?"}, 1.0, None)
+    await first.close()
+    second = SQLiteStore(path)
+    await second.open()
+    assert await second.get_embeddings(["k"], 2.0) == {"k": b"\x00\x00\x80?"}
+    await second.close()

@@ -39,6 +39,9 @@ class FakeUpstream:
     async def stream(self, body: dict[str, Any], headers: dict[str, str], api: str = "chat") -> Any:
         yield await self.complete(body, headers)
 
+    async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        return await self.complete(body, headers)
+
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         return {"data": []}
 
@@ -103,17 +106,18 @@ async def test_an_open_circuit_fails_fast_with_retry_after() -> None:
     assert inner.calls == calls
 
 
-async def test_retries_stop_at_the_attempt_bound_and_client_errors_are_not_retried() -> None:
+@pytest.mark.parametrize("call", ["complete", "embed"])
+async def test_retries_stop_at_the_attempt_bound_and_client_errors_are_not_retried(call: str) -> None:
     clock, inner = Clock(), FakeUpstream()
     upstream = resilient(inner, clock, max_attempts=3)
     upstream.breaker.failure_threshold = 100
     inner.behaviour = UpstreamError("busy", status_code=503)
     with pytest.raises(UpstreamError):
-        await upstream.complete({}, {})
+        await getattr(upstream, call)({}, {})
     assert inner.calls == 3
     inner.behaviour = UpstreamError("bad request", status_code=400)
     with pytest.raises(UpstreamError):
-        await upstream.complete({}, {})
+        await getattr(upstream, call)({}, {})
     assert inner.calls == 4
 
 
@@ -141,3 +145,12 @@ async def test_failed_attempts_are_counted_for_metrics_but_the_breakers_refusals
         if sample.name == "semcache_upstream_errors_total"
     }
     assert errors == {("502", "unavailable"): 2, ("404", "status"): 1}
+
+
+async def test_embeddings_share_the_breaker_with_completions() -> None:
+    clock, inner = Clock(), FakeUpstream()
+    upstream = resilient(inner, clock)
+    await open_breaker(upstream, inner)  # completions failing: embeddings wait too
+    with pytest.raises(UpstreamError) as caught:
+        await upstream.embed({"input": ["a"]}, {})
+    assert caught.value.code == "circuit_open"

@@ -106,6 +106,9 @@ class ClusterUpstream:
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         return {"object": "list", "data": []}
 
+    async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        raise NotImplementedError("the trace replay asks chat completions only")
+
     async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
         raise NotImplementedError("the trace replay asks chat completions only")
 

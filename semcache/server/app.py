@@ -15,6 +15,7 @@ from starlette.types import ASGIApp
 from ..budget import ErrorBudgets, share_evidence
 from ..dialects.responses import IssuedResponses
 from ..embedders import BatchingEmbedder, RoutedEmbedder, load_configured_embedder, load_routed
+from ..embedding_cache import EmbeddingCache
 from ..errors import StoreUnavailable
 from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
@@ -45,6 +46,7 @@ from .admin import admin_router, feedback_router
 from .admin_entries import entries_router
 from .apis import apis_router
 from .cache_api import cache_api_router
+from .embeddings import embeddings_router
 from .errors import ERROR_RESPONSES, install_error_handlers
 from .fastpath import DirectRoute
 from .limits import BodySizeLimit
@@ -68,6 +70,7 @@ class AppState:
     pipeline: Pipeline | None = None
     store: Store | None = None  # every role; the pipeline and the others see only theirs
     entry_admin: EntryAdmin | None = None
+    embedding_cache: EmbeddingCache | None = None  # with cache_embeddings
     maintenance: Maintenance | None = None
     rate_limiter: RateLimiter | None = None
     replica: Replica | None = None  # with --store redis
@@ -134,6 +137,8 @@ def create_app(
     app.include_router(admin_router)
     app.include_router(entries_router)
     app.include_router(monitoring_router)
+    if settings.cache_embeddings:
+        app.include_router(embeddings_router)  # before the pass-through, which would claim its path
     app.include_router(passthrough_router)  # last: every /v1 path the routes above do not claim
     account = sorted(set(settings.passthrough_routes) & set(ACCOUNT_ROUTES))
     if account and settings.upstream_api_key:
@@ -313,7 +318,14 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             snapshot_metadata=state.replica.snapshot_metadata if state.replica is not None else dict,
             budgets=budgets,
             evidence_store=evidence_store,
+            embedding_store=store if settings.cache_embeddings else None,
+            max_embedding_entries=settings.max_embedding_entries,
         )
+        if settings.cache_embeddings:
+            state.embedding_cache = EmbeddingCache(
+                store, upstream, tokens, policies, default_ttl_s=settings.ttl_s, observer=state.observer,
+                clock=pipeline.clock,
+            )  # fmt: skip
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
         state.entry_admin = EntryAdmin(store, index, batcher, live_templates, policies, pipeline.clock)
         state.pipeline, state.store, state.evidence_store = pipeline, store, evidence_store

@@ -1,7 +1,8 @@
 """The other ``/v1`` routes: passed on to the upstream untouched, answered as they come, never cached.
 
 Only the routes in ``passthrough_routes`` are: by default the stateless inference routes (models,
-embeddings, completions, moderations, audio, images). Account routes (files, batches, fine-tuning,
+embeddings, completions, moderations, audio, images). Embeddings reach this route only with
+``cache_embeddings`` off; on, ``server/embeddings.py`` caches them. Account routes (files, batches, fine-tuning,
 assistants, vector stores) act on whoever's key goes upstream, the operator's with
 ``upstream_api_key``, so they pass only when an operator lists them. Each relayed request takes the
 same auth, namespace and rate limit as chat, and its errors come back scrubbed of secrets, as chat's

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -90,7 +90,7 @@ async def answer(
 ) -> Response:
     """A request through the tiers, answered in its own API (``dialect``): ``body`` is its chat view."""
     RequestBounds.from_settings(_state(request).settings).check(body)
-    lookup = await pipeline.lookup(body, namespace, _controls(request, body), dialect)
+    lookup = await pipeline.lookup(body, namespace, request_controls(request, body.user), dialect)
     upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
     try:
         if lookup.hit is not None:
@@ -150,13 +150,9 @@ async def stats(request: Request) -> dict[str, Any]:
         return {**snapshot, "entries": None, "ready": False}
     index = pipeline.index.stats()
     maintenance = state.maintenance
-    try:
-        entries: int | None = await state.store.count()
-    except StoreUnavailable:
-        entries = None
     return {
         **snapshot,
-        "entries": entries,
+        "entries": await _count_or_none(state.store.count),
         "ready": True,
         "index": {
             "entries": index.entries,
@@ -172,9 +168,28 @@ async def stats(request: Request) -> dict[str, Any]:
         },
         "expired": maintenance.expired if maintenance else 0,
         "evicted": maintenance.evicted if maintenance else 0,
+        "embeddings": {**snapshot["embeddings"], **await _embedding_entries(state)},
         # Each namespace's error budget (this replica's view of the shared evidence), busiest first.
         "quality": pipeline.semantic.quality(limit=state.settings.metrics_max_namespaces),
     }
+
+
+async def _embedding_entries(state: Any) -> dict[str, Any]:
+    """The embeddings cache's size and what the sweeper took from it."""
+    maintenance = state.maintenance
+    return {
+        "entries": await _count_or_none(state.store.count_embeddings),
+        "expired": maintenance.expired_embeddings if maintenance else 0,
+        "evicted": maintenance.evicted_embeddings if maintenance else 0,
+    }
+
+
+async def _count_or_none(count: Callable[[], Awaitable[int]]) -> int | None:
+    """A count from the store; None while it is unreachable."""
+    try:
+        return await count()
+    except StoreUnavailable:
+        return None
 
 
 def namespace_of(request: Request) -> str:
@@ -183,7 +198,8 @@ def namespace_of(request: Request) -> str:
     return str(access.namespace_for(request.headers.get("authorization"), request.headers.get("x-semcache-namespace")))
 
 
-def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
+def request_controls(request: Request, user: str | None) -> RequestControls:
+    """The request's cache headers, who sent it (its key and ``user`` field) and the account it names."""
     # Every Cache-Control header counts: a list header may be split over several lines.
     directives = {
         part.strip().lower() for value in request.headers.getlist("cache-control") for part in value.split(",")
@@ -206,7 +222,7 @@ def _controls(request: Request, body: ChatCompletionRequest) -> RequestControls:
         read_cache="no-cache" not in directives,
         store="no-store" not in directives,
         ttl_s=ttl,
-        user=user_id(canonical_authorization(request.headers.get("authorization")), body.user),
+        user=user_id(canonical_authorization(request.headers.get("authorization")), user),
         account=account_id(request.headers.get("openai-organization"), request.headers.get("openai-project")),
     )
 

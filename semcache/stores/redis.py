@@ -18,6 +18,9 @@ tag ``{P}``, so one cache lives in one Redis Cluster slot and the Lua scripts ma
     {P}:evidence:<l>:<ns> hash    the error budget's counters of a namespace and script (HINCRBY)
     {P}:evidence_keys     set     "<l>:<ns>" of every evidence hash
     {P}:evidence_batch:<id> string  a batch of evidence already added (7 days): resent, it counts once
+    {P}:emb:<key>         string  one embeddings input's vector (float32 bytes); expires natively
+    {P}:emb_lru           zset    embedding key by last use, for the size bound
+    {P}:emb_expiry        zset    embedding key by expiry time, so the sweeper can drop its lru member
     {P}:templates         string  the curated templates (JSON)
     {P}:stats             hash    request counters of every replica together
     {P}:feed              stream  put / del / neg / cfg / templates events, trimmed to about
@@ -233,6 +236,36 @@ return 1
 """
 
 
+# Drops embeddings and their places in both sorted sets. ARGV: P, then the keys chosen by a script below.
+_LUA_DROP_EMBEDDINGS = """
+local P = ARGV[1]
+local function drop_embeddings(keys)
+  for _, key in ipairs(keys) do
+    redis.call('DEL', P .. ':emb:' .. key)
+    redis.call('ZREM', P .. ':emb_lru', key)
+    redis.call('ZREM', P .. ':emb_expiry', key)
+  end
+  return #keys
+end
+"""
+# ARGV: P, now, limit
+_LUA_EXPIRE_EMBEDDINGS = (
+    _LUA_DROP_EMBEDDINGS
+    + """
+return drop_embeddings(redis.call('ZRANGEBYSCORE', P .. ':emb_expiry', '-inf', ARGV[2], 'LIMIT', 0, ARGV[3]))
+"""
+)
+# ARGV: P, keep, limit
+_LUA_EVICT_EMBEDDINGS = (
+    _LUA_DROP_EMBEDDINGS
+    + """
+local surplus = math.min(redis.call('ZCARD', P .. ':emb_lru') - tonumber(ARGV[2]), tonumber(ARGV[3]))
+if surplus <= 0 then return 0 end
+return drop_embeddings(redis.call('ZRANGE', P .. ':emb_lru', 0, surplus - 1))
+"""
+)
+
+
 @dataclass(frozen=True)
 class FeedEvent:
     """One change to the shared cache, in feed order. ``offset`` is its stream id."""
@@ -287,6 +320,8 @@ class RedisStore:
         self._raise_min_similarity = self._redis.register_script(_LUA_RAISE_MIN_SIMILARITY)
         self._list = self._redis.register_script(_LUA_LIST)
         self._evidence = self._redis.register_script(_LUA_EVIDENCE)
+        self._expire_embeddings = self._redis.register_script(_LUA_EXPIRE_EMBEDDINGS)
+        self._evict_embeddings = self._redis.register_script(_LUA_EVICT_EMBEDDINGS)
 
     def key(self, *parts: object) -> str:
         return ":".join([self.prefix, *map(str, parts)])
@@ -554,6 +589,52 @@ class RedisStore:
             }
 
         return await self._call(read)
+
+    # -- the embeddings cache ----------------------------------------------------------------------
+
+    async def get_embeddings(self, keys: Sequence[str], now: float) -> dict[str, bytes]:
+        """The vectors, then recency for those found: two round trips at most. A key that expired
+        natively is missing here; its sorted-set members go with the next sweep."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        vectors = await self._call(lambda: self._redis.mget([self.key("emb", key) for key in wanted]))
+        found = {key: bytes(vector) for key, vector in zip(wanted, vectors, strict=True) if vector is not None}
+        if found:
+            await self._call(lambda: self._redis.zadd(self.key("emb_lru"), dict.fromkeys(found, now), xx=True, gt=True))
+        return found
+
+    async def put_embeddings(self, items: dict[str, bytes], now: float, expires_at: float | None) -> None:
+        async def write() -> None:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for key, vector in items.items():
+                    pipe.set(self.key("emb", key), vector, pxat=None if expires_at is None else int(expires_at * 1000))
+                pipe.zadd(self.key("emb_lru"), dict.fromkeys(items, now))
+                if expires_at is None:
+                    pipe.zrem(self.key("emb_expiry"), *items)  # a vector stored again without a TTL
+                else:
+                    pipe.zadd(self.key("emb_expiry"), dict.fromkeys(items, expires_at))
+                await pipe.execute()
+
+        if items:
+            await self._call(write)
+
+    async def delete_expired_embeddings(self, now: float) -> int:
+        return await self._count_in_batches(lambda: self._expire_embeddings(args=[self.prefix, now, _SCRIPT_BATCH]))
+
+    async def evict_embeddings(self, keep: int) -> int:
+        return await self._count_in_batches(lambda: self._evict_embeddings(args=[self.prefix, keep, _SCRIPT_BATCH]))
+
+    async def _count_in_batches(self, script: Callable[[], Awaitable[int]]) -> int:
+        dropped = 0
+        while True:
+            batch = int(await self._call(script))
+            dropped += batch
+            if batch < _SCRIPT_BATCH:
+                return dropped
+
+    async def count_embeddings(self) -> int:
+        return int(await self._call(lambda: self._redis.zcard(self.key("emb_lru"))))
 
     # -- templates -------------------------------------------------------------------------------
 

@@ -98,12 +98,27 @@ def _m005_evidence(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE evidence_batches (id TEXT PRIMARY KEY, added_at REAL NOT NULL)")
 
 
+def _m006_embeddings(db: sqlite3.Connection) -> None:
+    # The embeddings route's vectors (semcache.embedding_cache), float32 bytes by input key.
+    db.execute(
+        """CREATE TABLE embeddings (
+            key TEXT PRIMARY KEY,
+            vector BLOB NOT NULL,
+            expires_at REAL,
+            last_use REAL NOT NULL
+        ) WITHOUT ROWID"""
+    )
+    db.execute("CREATE INDEX embeddings_expires_at ON embeddings(expires_at) WHERE expires_at IS NOT NULL")
+    db.execute("CREATE INDEX embeddings_last_use ON embeddings(last_use)")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _m001_entries,
     _m002_feedback_and_namespace_config,
     _m003_tool_call_answers,
     _m004_namespace_index,
     _m005_evidence,
+    _m006_embeddings,
 ]
 
 
@@ -528,6 +543,57 @@ class SQLiteStore:
         for namespace, language, name, count in rows:
             totals.setdefault((namespace, language), {})[name] = int(count)
         return totals
+
+    # -- the embeddings cache ----------------------------------------------------------------------
+
+    async def get_embeddings(self, keys: Sequence[str], now: float) -> dict[str, bytes]:
+        wanted = list(dict.fromkeys(keys))
+        return await self._call(self._get_embeddings, wanted, now) if wanted else {}
+
+    def _get_embeddings(self, keys: list[str], now: float) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(
+                f"SELECT key, vector FROM embeddings WHERE key IN ({marks}) AND coalesce(expires_at > ?, 1)",
+                (*chunk, now),
+            )
+            found.update((key, bytes(vector)) for key, vector in rows)
+        if found:  # recency for the size bound: one commit per request, not one per input
+            with _transaction(self.db):  # entries untouched: the point reads stay
+                self.db.executemany(
+                    "UPDATE embeddings SET last_use = max(last_use, ?) WHERE key = ?", [(now, k) for k in found]
+                )
+        return found
+
+    async def put_embeddings(self, items: dict[str, bytes], now: float, expires_at: float | None) -> None:
+        rows = [(key, vector, expires_at, now) for key, vector in items.items()]
+
+        def write() -> None:
+            with _transaction(self.db):  # entries untouched: the point reads stay
+                self.db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)", rows)
+
+        if rows:
+            await self._call(write)
+
+    async def delete_expired_embeddings(self, now: float) -> int:
+        return await self._call(self._delete_counted, "DELETE FROM embeddings WHERE expires_at <= ?", (now,))
+
+    async def evict_embeddings(self, keep: int) -> int:
+        return await self._call(
+            self._delete_counted,
+            "DELETE FROM embeddings WHERE key IN (SELECT key FROM embeddings ORDER BY last_use ASC "
+            "LIMIT max((SELECT count(*) FROM embeddings) - ?, 0))",
+            (keep,),
+        )
+
+    def _delete_counted(self, sql: str, params: tuple[object, ...]) -> int:
+        with _transaction(self.db):  # entries untouched: the point reads stay
+            return int(self.db.execute(sql, params).rowcount)
+
+    async def count_embeddings(self) -> int:
+        return await self._call(lambda: int(self.db.execute("SELECT count(*) FROM embeddings").fetchone()[0]))
 
     async def get_meta(self, key: str) -> str | None:
         row = await self._call(lambda: self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone())

@@ -63,6 +63,11 @@ HUGE_PIECE_CHARS = 16 * 1024
 # What Fault.content_after_finish sends after the finish_reason.
 AFTER_FINISH_TEXT = " And one more thing."
 
+# The ways Fault.bad_embeddings spoils an embeddings answer.
+BAD_EMBEDDINGS = ("short", "not_json", "mixed_dimensions", "bad_index", "not_numbers")
+# Vectors have this many numbers unless a request asks for other ``dimensions``.
+EMBEDDING_DIMENSION = 8
+
 # HTTP status -> (error code, error type) for OpenAI-shaped error bodies.
 _ERROR_KINDS: dict[int, tuple[str, str]] = {
     429: ("rate_limit_exceeded", "requests"),
@@ -100,6 +105,11 @@ class Fault:
       after that many content deltas, then ends without ``[DONE]``.
     - ``echo_authorization``: the error (``status``, else ``error_after_chunks``,
       else a 401) says ``Incorrect API key provided: <the Authorization header>``.
+
+    Embeddings (``POST /v1/embeddings``; ``match`` looks in its inputs, joined by spaces): ``status``,
+    ``latency_s`` and ``bad_embeddings``, one of ``BAD_EMBEDDINGS``: ``short`` (the last vector left
+    out), ``not_json`` (a body cut off), ``mixed_dimensions`` (the last vector one number short),
+    ``bad_index`` (every index 0), ``not_numbers`` (a string among the numbers).
     """
 
     latency_s: float = 0.0
@@ -119,8 +129,11 @@ class Fault:
     choice_index: int = 0
     error_after_chunks: int | None = None
     echo_authorization: bool = False
+    bad_embeddings: str | None = None
 
     def __post_init__(self) -> None:
+        if self.bad_embeddings is not None and self.bad_embeddings not in BAD_EMBEDDINGS:
+            raise ValueError(f"bad_embeddings must be one of {BAD_EMBEDDINGS}, got {self.bad_embeddings!r}")
         if self.status is not None and not (isinstance(self.status, int) and 100 <= self.status <= 599):
             raise ValueError(f"status must be an HTTP status code, got {self.status!r}")
         if self.times is not None and self.times < 0:
@@ -654,6 +667,68 @@ async def _chat_completions(state: StandinState, request: Request) -> Response:
     return _plain_response(reply, fault, server_stopping)
 
 
+def embedding_inputs(value: Any) -> list[str | list[int]] | None:
+    """The inputs of an embeddings request, one per vector (a string, a list of token ids), or None
+    when ``input`` is none of OpenAI's four forms."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        return None
+    if all(isinstance(item, int) for item in value):
+        return [value]
+    if all(
+        isinstance(item, str) or (isinstance(item, list) and all(isinstance(t, int) for t in item)) for item in value
+    ):
+        return value
+    return None
+
+
+def _token_ids(item: Any) -> bool:
+    return isinstance(item, list) and all(isinstance(token, int) for token in item)
+
+
+def standin_embedding(item: str | list[int], as_base64: bool = False, dimension: int = EMBEDDING_DIMENSION) -> Any:
+    """The vector the stand-in gives an input: token ids have vectors of their own, never a text's."""
+    text = item if isinstance(item, str) else "tokens:" + ",".join(map(str, item))
+    return _standin_vector(text, as_base64, dimension)
+
+
+async def _embeddings(state: StandinState, request: Request) -> Response:
+    """Handle ``POST /v1/embeddings``: deterministic unit vectors, ``dimensions`` long if asked."""
+    body = await _read_json(request)
+    _record(state, request, body)
+    items = embedding_inputs(body.get("input")) if isinstance(body, dict) else None
+    dimension = body.get("dimensions", EMBEDDING_DIMENSION) if isinstance(body, dict) else None
+    if items is None or not isinstance(dimension, int) or dimension < 1:
+        return _error_response(400, "Invalid embeddings request.")
+    assert isinstance(body, dict)
+    fault = state.take_fault(" ".join(str(item) for item in items)) or Fault()
+    if fault.latency_s and not await _sleep(fault.latency_s, request.is_disconnected):
+        return Response(status_code=499)
+    if fault.sends_error_status is not None:
+        status = fault.sends_error_status
+        return _error_response(status, _fault_message(fault, request, f"HTTP {status}"), retry_after=fault.retry_after)
+    as_base64 = body.get("encoding_format") == "base64"  # the openai SDK's default
+    data = [{"object": "embedding", "index": n, "embedding": standin_embedding(item, as_base64, dimension)}
+            for n, item in enumerate(items)]  # fmt: skip
+    tokens = sum(rough_tokens(item) if isinstance(item, str) else len(item) for item in items)
+    answer = {"object": "list", "data": data, "model": body.get("model", MODEL_ID),
+              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
+    bad = fault.bad_embeddings
+    if bad == "not_json":
+        return Response(json.dumps(answer)[:-20].encode(), media_type="application/json")
+    if bad == "short":
+        data.pop()
+    elif bad == "mixed_dimensions":
+        data[-1]["embedding"] = standin_embedding(items[-1], False, dimension)[:-1]
+    elif bad == "bad_index":
+        for item in data:
+            item["index"] = 0
+    elif bad == "not_numbers":
+        data[0]["embedding"] = ["0.5", *standin_embedding(items[0], False, dimension)[1:]]
+    return JSONResponse(answer)
+
+
 def create_standin_app(state: StandinState) -> FastAPI:
     """Create the stand-in ASGI app serving (and recording into) ``state``."""
     app = FastAPI(title="semcache stand-in upstream", docs_url=None, redoc_url=None, openapi_url=None)
@@ -683,16 +758,7 @@ def create_standin_app(state: StandinState) -> FastAPI:
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
-        body = await _read_json(request)
-        _record(state, request, body)
-        inputs = body.get("input") if isinstance(body, dict) else None
-        texts = inputs if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else [inputs]
-        as_base64 = isinstance(body, dict) and body.get("encoding_format") == "base64"  # the openai SDK's default
-        data = [{"object": "embedding", "index": n, "embedding": _standin_vector(str(text), as_base64)}
-                for n, text in enumerate(texts)]  # fmt: skip
-        tokens = sum(rough_tokens(str(text)) for text in texts)
-        return JSONResponse({"object": "list", "data": data, "model": body.get("model", MODEL_ID),
-                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+        return await _embeddings(state, request)
 
     @app.post("/v1/audio/speech")
     async def speech(request: Request) -> Response:

@@ -231,6 +231,9 @@ class LocalUpstream:
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "local"}]}
 
+    async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        raise NotFound("the local backend answers chat completions only, not /v1/embeddings", code="unknown_route")
+
     async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
         raise NotFound(f"the local backend answers chat completions only, not /v1{request.path}", code="unknown_route")
 

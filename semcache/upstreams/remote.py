@@ -103,16 +103,24 @@ class RemoteUpstream:
         finally:
             await response.aclose()
 
+    async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        request = self._client.build_request("POST", "/embeddings", json=body, headers=self._headers(headers))
+        return await self._json_object(request, "an embeddings answer")
+
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         request = self._client.build_request("GET", "/models", headers=self._headers(headers))
+        return await self._json_object(request, "a model list")
+
+    async def _json_object(self, request: httpx.Request, what: str) -> dict[str, Any]:
+        """A successful answer that must be a JSON object; anything else is a 502 naming ``what`` it was."""
         data = await self._send(request)
         try:
-            models = await _off_loop_if_large(_json, data, len(data))
+            answer = await _off_loop_if_large(_json, data, len(data))
         except ValueError as exc:
-            raise UpstreamUnavailable("the upstream sent a model list that is not JSON") from exc
-        if not isinstance(models, dict):
-            raise UpstreamUnavailable("the upstream sent a model list that is not a JSON object")
-        return models
+            raise UpstreamUnavailable(f"the upstream sent {what} that is not JSON") from exc
+        if not isinstance(answer, dict):
+            raise UpstreamUnavailable(f"the upstream sent {what} that is not a JSON object")
+        return answer
 
     async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
         outgoing = self._headers(headers)

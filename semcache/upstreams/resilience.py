@@ -219,6 +219,11 @@ class ResilientUpstream:
         self.breaker.record_success()
         return relayed
 
+    async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        """Retried as ``complete`` is: embeddings act on nothing, and an answer is the same each time."""
+        async with self.limit.slot():
+            return await self._deadline(self._with_retries(lambda: self.inner.embed(body, headers)))
+
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
         return await self._with_retries(lambda: self.inner.list_models(headers))
 
