@@ -18,7 +18,7 @@ import base64
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeGuard
 
 import numpy as np
@@ -209,6 +209,10 @@ class EmbeddingCache:
             vectors.update(zip(missing, fresh, strict=True))
             if cacheable and controls.store and not store_down:
                 await self._write({key: vectors[key].tobytes() for key in missing}, now, controls)
+        if len({len(vector) for vector in vectors.values()}) > 1:
+            # The upstream now answers this model in another dimension: what was stored is stale.
+            log.warning("embeddings of %r changed dimension upstream; asking again for every input", request.model)
+            return await self._embed(request, namespace, replace(controls, read_cache=False), headers)
         from_cache = sum(1 for key in keys if key in stored)
         saved = [item for key, item in zip(keys, request.inputs, strict=True) if key in stored]
         tokens_saved = await self._count_tokens(saved, request.model) if saved else 0

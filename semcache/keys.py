@@ -123,13 +123,15 @@ def request_key(
     user: str | None = None,
     account: str | None = None,
     api: str = "chat",
+    api_detail: Any = None,
 ) -> RequestKey:
     """Keys for a request that ``bypass_reason`` allowed.
 
     With ``standalone``, earlier user and assistant turns are left out of the scope (the system
     prompt stays in), so the prompt can hit entries stored from other conversations. With ``user``
     (a hash naming who asked, see ``user_id``), the scope is that user's alone. A request of another
-    API than chat (``api``, see ``semcache.dialects``) comes as its chat view, in scopes of that API.
+    API than chat (``api``, see ``semcache.dialects``) comes as its chat view, in scopes of that API
+    and of ``api_detail``, what its chat view cannot show.
     """
     *earlier, last = request.messages
     prompt = message_text(last) or ""
@@ -142,7 +144,7 @@ def request_key(
     if account is not None:  # only when the client names an upstream organization or project
         parts["account"] = account
     if api != "chat":  # chat's scopes stay as they were; no field a client sends can forge this one
-        parts["api"] = api
+        parts["api"] = api if api_detail is None else [api, api_detail]
     # The prompt message's other fields (its author's ``name``): an answer may address them.
     prompt_fields = last.model_dump(exclude={"role", "content"}, exclude_none=True)
     if prompt_fields:  # only when sent: scopes without them stay as they were

@@ -179,7 +179,9 @@ class Pipeline:
     ) -> Lookup:
         """The request's keys and the tiers' answer. A request of another API (``dialect``) comes as
         its chat-shaped view: its prompt the last user message, its answer-shaping fields in the view."""
-        request = fit_context(request, self.tokens, self.context_limits.get(request.model), self.trim_oldest_turns)
+        # Only chat's own request can be trimmed: another API's goes upstream as the client sent it.
+        trim = self.trim_oldest_turns and dialect.api == "chat"
+        request = fit_context(request, self.tokens, self.context_limits.get(request.model), trim)
         reason = await self._bypass_reason(request)
         per_user = self.policies.for_namespace(namespace).scope_per_user
         user = controls.user if per_user else None
@@ -189,7 +191,7 @@ class Pipeline:
             self.decisions.add(Decision(namespace, message_text(request.messages[-1]) or "", f"bypass: {reason}"))
             return Lookup(request, namespace, controls, key=None, bypass_reason=reason, route=dialect.api,
                           dialect=dialect)  # fmt: skip
-        key, conversation_key, vector = await self._key(request, namespace, user, controls.account, dialect.api)
+        key, conversation_key, vector = await self._key(request, namespace, user, controls.account, dialect)
         lookup = Lookup(request, namespace, controls, key=key, conversation_key=conversation_key, vector=vector,
                         route=dialect.api, dialect=dialect)  # fmt: skip
         if controls.read_cache:
@@ -216,7 +218,7 @@ class Pipeline:
         return await _off_loop_if_long(check, len(message_text(request.messages[-1]) or ""))
 
     async def _key(
-        self, request: ChatCompletionRequest, namespace: str, user: str | None, account: str | None, api: str
+        self, request: ChatCompletionRequest, namespace: str, user: str | None, account: str | None, dialect: Dialect
     ) -> tuple[RequestKey, RequestKey | None, np.ndarray | None]:
         """The keys to look the request up with, the conversation's keys when they differ, and the
         prompt's vector when it was embedded on the way.
@@ -226,7 +228,8 @@ class Pipeline:
         ("From now on, reply with ..."): the answer then depends on those turns. Its own answer is
         always kept with its conversation (``Lookup.conversation_key``). Nor when earlier turns
         called tools: their results shape the answer."""
-        key = request_key(request, namespace, user=user, account=account, api=api)
+        api, detail = dialect.api, dialect.key_detail
+        key = request_key(request, namespace, user=user, account=account, api=api, api_detail=detail)
         if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
             return key, None, None
         if consulted_tools(request):
@@ -242,7 +245,8 @@ class Pipeline:
         )
         if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
             return key, None, prompt_vector  # on the conversation's topic: its context may shape the answer
-        standalone = request_key(request, namespace, standalone=True, user=user, account=account, api=api)
+        standalone = request_key(request, namespace, standalone=True, user=user, account=account, api=api,
+                                 api_detail=detail)  # fmt: skip
         return standalone, key, prompt_vector
 
     async def _find(self, lookup: Lookup) -> Hit | None:
@@ -253,7 +257,7 @@ class Pipeline:
             if hit is not None:
                 return hit
         hit = await self.exact.lookup(lookup.key, now) or self.templates.tier.lookup_exact(lookup.key)
-        if hit is not None:
+        if hit is not None or not lookup.dialect.semantic:
             return hit
         candidates = None
         if lookup.vector is None:  # one trip to the embedding thread: the vector, and the index search
@@ -582,7 +586,7 @@ class Pipeline:
 
     async def _follow_stream(self, lookup: Lookup, flight: Flight) -> AsyncIterator[dict[str, Any]]:
         """The leader's answer as a stream; yields nothing when it cannot be shared in this mode."""
-        if flight.streamed:
+        if flight.streamed and lookup.dialect.shares_upstream_response:
             async for chunk in flight.follow():
                 if lookup.coalesced_tier is None:
                     self._mark_followed(lookup, flight)
@@ -600,7 +604,7 @@ class Pipeline:
 
     async def _followed_response(self, lookup: Lookup, flight: Flight) -> dict[str, Any] | None:
         """The leader's answer as one response, or None when it cannot be shared in this mode."""
-        if flight.response is not None:
+        if flight.response is not None and lookup.dialect.shares_upstream_response:
             self._mark_followed(lookup, flight)
             self._record_saved(lookup, await self._count_tokens(lookup, flight.text))
             return flight.response
@@ -618,6 +622,8 @@ class Pipeline:
     async def _wait_for_similar(self, lookup: Lookup) -> bool:
         """Wait for an in-flight request that a semantic hit could be served from; True if served."""
         if lookup.key is None or lookup.vector is None or not lookup.controls.read_cache or lookup.explored:
+            return False
+        if not lookup.dialect.semantic:
             return False
         nearest = self.inflight.nearest(lookup.key, lookup.vector)
         if nearest is None:

@@ -4,7 +4,10 @@ that a later request can go on from (real HTTP, the openai SDK, the stand-in ups
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -281,3 +284,105 @@ def test_stats_count_each_api_by_route(
     routes = httpx.get(f"{url}/stats").json()["by_route"]
     assert routes["responses"]["hits"] == 1 and routes["responses"]["misses"] == 1
     assert routes["completions"]["hits"] == 1 and routes["completions"]["misses"] == 1
+
+
+# -- what a hostile review found -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", ["responses", "completions"])
+def test_with_scope_per_user_one_user_is_never_served_anothers_answer(
+    serve: Callable[..., str], make_client: Callable[..., openai.OpenAI], api: str
+) -> None:
+    client = make_client(serve(scope_per_user=True))
+    outcomes = []
+    for field, user in [("user", "alice"), ("user", "bob"), ("safety_identifier", "carol"), ("user", "alice")]:
+        if api == "completions" and field != "user":
+            continue
+        if api == "responses":
+            raw = client.responses.with_raw_response.create(model=MODEL, input=QUESTION, **{field: user})
+        else:
+            raw = client.completions.with_raw_response.create(model="m", prompt=QUESTION, user=user)
+        outcomes.append(raw.headers["x-semcache"])
+    assert outcomes == (["miss", "miss", "miss", "hit"] if api == "responses" else ["miss", "miss", "hit"])
+
+
+def test_a_responses_request_is_never_trimmed_to_fit_a_context_limit(
+    serve: Callable[..., str], upstream: StandinUpstream
+) -> None:
+    url = serve(context_limits={MODEL: 40}, trim_oldest_turns=True)
+    earlier = [
+        {"role": "user", "content": "My name is Bob. " + "blah " * 40},
+        {"role": "assistant", "content": "Noted."},
+    ]
+    body = {"model": MODEL, "input": [*earlier, {"role": "user", "content": "What is my name?"}]}
+    response = httpx.post(f"{url}/v1/responses", json=body)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+    assert upstream.calls == []  # never sent on trimmed for the key and whole to the upstream
+
+
+def test_a_follower_of_an_identical_response_in_flight_gets_its_own_fields(
+    serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    client = make_client(serve())
+    upstream.set_fault(latency_s=1.0, times=1)
+    with ThreadPoolExecutor(2) as pool:
+        leader = pool.submit(respond, client, input=QUESTION, user="alice", metadata={"ticket": "ALICE-1"})
+        time.sleep(0.3)
+        follower = pool.submit(respond, client, input=QUESTION, user="bob")
+        (led, _), (followed, headers) = leader.result(), follower.result()
+    assert headers.get("x-semcache-coalesced") == "true" and len(calls_to(upstream, "/v1/responses")) == 1
+    assert followed.output_text == led.output_text
+    assert followed.id != led.id and followed.user == "bob" and followed.metadata == {}
+
+
+@pytest.mark.parametrize(
+    ("asked", "other"),
+    [
+        ("Is the sky blue", "Is the sky blue?"),
+        ("def f(x):\n    return", "def f(x):\nreturn"),
+        ("   Once upon a time", "Once upon a time"),
+        ("Roses are red, violets are", "Roses are red, violets are blue,"),  # unfinished: exact only
+    ],
+)
+def test_a_continuation_is_served_only_to_the_same_text(
+    serve: Callable[..., str], make_client: Callable[..., openai.OpenAI], asked: str, other: str
+) -> None:
+    client = make_client(serve())
+    client.completions.create(model="m", prompt=asked)
+    assert client.completions.with_raw_response.create(model="m", prompt=other).headers["x-semcache"] == "miss"
+    assert client.completions.with_raw_response.create(model="m", prompt=asked).headers["x-semcache"] == "hit"
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"role": ["user"], "content": QUESTION},
+        {"role": {"a": 1}, "content": QUESTION},
+        {"role": "user", "content": [{"type": ["input_text"], "text": QUESTION}]},
+        {"role": "user", "content": [{"type": {"x": 1}, "text": QUESTION}]},
+    ],
+)
+def test_odd_input_items_are_passed_on_never_a_500(
+    serve: Callable[..., str], upstream: StandinUpstream, item: dict[str, Any]
+) -> None:
+    response = httpx.post(f"{serve()}/v1/responses", json={"model": MODEL, "input": [item]})
+    assert response.status_code == 200 and response.headers["x-semcache"] == "bypass"
+
+
+def test_a_hits_id_is_recognised_however_spelled_and_only_by_its_user(
+    serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("sk-alice: [shared]\nsk-bob: [shared]\n")
+    url = serve(api_keys_file=keys, scope_per_user=True)
+    alice, bob = make_client(url, api_key="sk-alice"), make_client(url, api_key="sk-bob")
+    respond(alice, input=QUESTION)
+    hit, headers = respond(alice, input=QUESTION)
+    assert headers["x-semcache"] == "hit"
+    with pytest.raises(openai.BadRequestError):
+        respond(bob, input="And then?", previous_response_id=hit.id)
+    with pytest.raises(openai.BadRequestError):
+        respond(alice, input="And then?", previous_response_id=hit.id.upper())
+    respond(alice, input="And then?", previous_response_id=f" {hit.id} ")  # written out, as the id itself is
+    assert all(not str(call.get("previous_response_id", "")).strip().lower().startswith("resp_sc")
+               for call in calls_to(upstream, "/v1/responses"))  # fmt: skip

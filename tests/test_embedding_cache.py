@@ -120,3 +120,21 @@ async def test_the_account_and_other_fields_are_part_of_the_key_but_the_user_is_
     shaped = parse_embedding_request({"model": "m", "input": ["one"], "input_type": "query"})
     assert (await embeddings.embed(shaped, "default", RequestControls(), {})).outcome == "miss"
     assert upstream.asked == [["one"], ["one"], ["one"]]
+
+
+async def test_stored_vectors_of_another_dimension_than_the_upstreams_now_are_asked_again() -> None:
+    store, upstream = MemoryEmbeddingStore(), EmbeddingUpstream()
+    embeddings = cache(store, upstream)
+    await embeddings.embed(request("one"), "default", RequestControls(), {})
+
+    def wider(answer: dict[str, Any]) -> None:  # the same model name, a new model behind it
+        for item in answer["data"]:
+            item["embedding"] = [*item["embedding"], 0.0]
+
+    upstream.spoil = wider
+    answer = await embeddings.embed(request("one", "two"), "default", RequestControls(), {})
+    assert upstream.asked[-2:] == [["two"], ["one", "two"]]
+    assert {len(vector) for vector in answer.vectors} == {len(standin_embedding("one")) + 1}
+    upstream.spoil = None
+    again = await embeddings.embed(request("one", "two"), "default", RequestControls(), {})
+    assert again.outcome == "hit" and {len(v) for v in again.vectors} == {len(standin_embedding("one")) + 1}

@@ -54,6 +54,12 @@ class Dialect(Protocol):
     api: UpstreamApi  # the upstream API a miss is sent to, and how /stats counts the route
     named_events: bool  # SSE events carry an ``event:`` line with their type (the Responses API)
     ends_with_done: bool  # a stream ends with ``data: [DONE]`` (Chat and legacy Completions)
+    # Part of the scope beside the chat view, from what the view cannot show: no client field forges it.
+    key_detail: Any
+    semantic: bool  # whether a paraphrase may be served (the semantic tier, a similar request in flight)
+    # Whether an identical request's own upstream answer may be handed to another client as it is:
+    # not when the answer repeats fields of the request that are not in the scope (the Responses API's).
+    shares_upstream_response: bool
 
     def upstream_body(self, request: ChatCompletionRequest) -> dict[str, Any]:
         """The body a miss sends upstream, without ``stream`` (the call sets it)."""

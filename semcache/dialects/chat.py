@@ -16,6 +16,9 @@ class ChatDialect:
     api: UpstreamApi = "chat"
     named_events = False
     ends_with_done = True
+    key_detail = None
+    semantic = True
+    shares_upstream_response = True
 
     def upstream_body(self, request: ChatCompletionRequest) -> dict[str, Any]:
         return request.upstream_body()

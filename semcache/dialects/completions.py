@@ -2,12 +2,16 @@
 
 A request whose ``prompt`` is one text is looked up as a chat request in scopes of its own (an
 answer is never served across APIs): the prompt's last line as the user message, the lines before
-it as a system message, which must match exactly. Anything else (token ids,
+it as a system message, which must match exactly. A text is continued from its very last character,
+so what the exact tier's normalisation would merge (the whitespace around the last line, a closing
+"?") is part of the scope too, and only a prompt that ends a sentence may be served a paraphrase's
+answer: "Roses are red, violets are" wants another continuation than "... violets are blue,". Anything else (token ids,
 several prompts, ``echo``, log probabilities, ``best_of``) goes upstream and is not cached.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -23,16 +27,21 @@ from .untrusted import dicts_of, fits, is_first_choice, utf8_bytes
 
 # Fields that go upstream but shape nothing in the answer, or that the chat view reads another way.
 _OUT_OF_SCOPE = {"prompt", "user"}
+# The mark that ends a sentence, in Latin or CJK writing.
+_ENDS_A_SENTENCE = re.compile(r"[.?!。？！]$")
 
 
 class CompletionsDialect:
     api: UpstreamApi = "completions"
     named_events = False
     ends_with_done = True
+    shares_upstream_response = True
 
     def __init__(self, body: dict[str, Any]) -> None:
         self.body = body
         self.bypass_reason: str | None = None
+        self.key_detail: dict[str, Any] | None = None
+        self.semantic = False
 
     def chat_view(self) -> ChatCompletionRequest:
         """The request as the tiers read it; sets ``bypass_reason`` when it may not be cached."""
@@ -49,8 +58,7 @@ class CompletionsDialect:
         view = {key: value for key, value in body.items() if key not in _OUT_OF_SCOPE}
         view.pop("logprobs", None)  # an int here, a bool in chat; read above
         view.update(messages=_as_messages(text or ""))
-        if trailing := (text or "")[len((text or "").rstrip()) :]:
-            view["semcache_trailing_space"] = trailing  # "A:" and "A: " are continued differently
+        self.key_detail, self.semantic = _continued_from(text or "")
         return _validated(view)
 
     def upstream_body(self, request: ChatCompletionRequest) -> dict[str, Any]:
@@ -64,6 +72,8 @@ class CompletionsDialect:
         choices = response.get("choices")
         if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
             return None
+        if response.get("error"):
+            return None  # an answer and an error at once: not one to hand anyone else
         choice = choices[0]
         text = choice.get("text")
         if choice.get("finish_reason") != "stop" or not is_first_choice(choice) or not isinstance(text, str):
@@ -131,6 +141,16 @@ class StreamedCompletion:
 
     def tool_call_answer(self) -> list[dict[str, Any]] | None:
         return None
+
+
+def _continued_from(prompt: str) -> tuple[dict[str, Any], bool]:
+    """What the exact tier's normalisation of the last line would drop, and whether the prompt ends
+    a sentence (only then may a paraphrase's answer do)."""
+    ended = prompt.rstrip()
+    last = ended.rpartition("\n")[2]
+    semantic = bool(_ENDS_A_SENTENCE.search(ended))
+    lead, tail = last[: len(last) - len(last.lstrip())], prompt[len(ended) :]
+    return {"lead": lead, "tail": tail, "question": ended.endswith("?"), "semantic": semantic}, semantic
 
 
 def _as_messages(prompt: str) -> list[dict[str, str]]:

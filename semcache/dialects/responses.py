@@ -35,34 +35,49 @@ _OUT_OF_SCOPE = {"input", "instructions", "user", "safety_identifier", "prompt_c
 # Request fields a Response object repeats back.
 _ECHOED = ("instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "reasoning", "store",
            "temperature", "text", "tool_choice", "tools", "top_p", "truncation", "user")  # fmt: skip
-# Content parts that are text, in what a client sends and what a model said.
-_TEXT_PARTS = {"input_text", "output_text", "text"}
-_ROLES = {"user", "assistant", "system", "developer"}
+# Content parts that are text, in what a client sends and what a model said, and the roles of
+# messages. Tuples, not sets: a client may send a list or an object there, which a set cannot look up.
+_TEXT_PARTS = ("input_text", "output_text", "text")
+_ROLES = ("user", "assistant", "system", "developer")
+
+
+# The most text the remembered hits hold together, in characters: a conversation is up to
+# max_prompt_chars long, and the latest hits are kept, not every one.
+_MAX_ISSUED_CHARS = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class IssuedResponse:
     namespace: str
+    owner: str | None  # who asked, with scope_per_user: only they may go on from it
     input: list[dict[str, Any]]  # the conversation up to the hit, as input messages
     answer: str
+
+    def chars(self) -> int:
+        return len(self.answer) + sum(len(str(message.get("content", ""))) for message in self.input)
 
 
 class IssuedResponses(RecentById[IssuedResponse]):
     """The most recent ``capacity`` hits served as Responses, by id: what a later
     ``previous_response_id`` naming one goes on from. Kept in this process only."""
 
-    def __init__(self, capacity: int = 10_000) -> None:
-        super().__init__(capacity)
+    def __init__(self, capacity: int = 10_000, max_chars: int = _MAX_ISSUED_CHARS) -> None:
+        super().__init__(capacity, weigh=IssuedResponse.chars, max_weight=max_chars)
 
 
 class ResponsesDialect:
     api: UpstreamApi = "responses"
     named_events = True
     ends_with_done = False
+    key_detail = None
+    semantic = True
+    shares_upstream_response = False  # a Response repeats its request's user, metadata, ...
 
-    def __init__(self, body: dict[str, Any], namespace: str, issued: IssuedResponses) -> None:
+    def __init__(self, body: dict[str, Any], namespace: str, owner: str | None, issued: IssuedResponses) -> None:
+        """``owner``: who asks, when the namespace scopes answers per user; None when it does not."""
         self.body = body
         self.namespace = namespace
+        self.owner = owner
         self.issued = issued
         self.bypass_reason: str | None = None
         self._conversation: list[dict[str, Any]] = []
@@ -87,10 +102,10 @@ class ResponsesDialect:
 
     def _go_on_from_hit(self, body: dict[str, Any]) -> dict[str, Any]:
         previous = body.get("previous_response_id")
-        if not isinstance(previous, str) or not previous.startswith(ISSUED_ID_PREFIX):
+        if not isinstance(previous, str) or not is_issued_id(previous):
             return body
-        issued = self.issued.get(previous, self.namespace)
-        if issued is None:
+        issued = self.issued.get(previous.strip(), self.namespace)
+        if issued is None or issued.owner != self.owner:
             raise InvalidRequest(
                 f"previous_response_id {previous!r} names an answer semcache served from its cache, which it no "
                 "longer remembers (it keeps the latest ones, in the replica that served them): send the "
@@ -113,9 +128,9 @@ class ResponsesDialect:
         return f"{ISSUED_ID_PREFIX}{secrets.token_hex(12)}"
 
     def clean_answer(self, response: dict[str, Any], max_bytes: int) -> str | None:
-        """The text of a completed response whose output is one assistant message of text (and perhaps
-        the model's reasoning): no refusal, no tool call, at most ``max_bytes``."""
-        if response.get("status") != "completed":
+        """The text of a completed response whose output is one completed assistant message of text (and
+        perhaps the model's reasoning): no refusal, no tool call, no error, at most ``max_bytes``."""
+        if response.get("status") != "completed" or response.get("error") or response.get("incomplete_details"):
             return None
         items = dicts_of(response.get("output"))
         if len(items) != len(response.get("output") or []):
@@ -126,6 +141,8 @@ class ResponsesDialect:
         message = messages[0]
         parts = message.get("content")
         if message.get("role") != "assistant" or not isinstance(parts, list) or not parts:
+            return None
+        if message.get("status", "completed") != "completed":
             return None
         texts = [part.get("text") for part in dicts_of(parts) if part.get("type") == "output_text"]
         strings = [text for text in texts if isinstance(text, str)]
@@ -171,7 +188,8 @@ class ResponsesDialect:
         yield event("response.completed", response=completed)
 
     def _remember(self, reply: HitReply) -> None:
-        self.issued.remember(reply.response_id, IssuedResponse(self.namespace, self._conversation, reply.answer))
+        issued = IssuedResponse(self.namespace, self.owner, self._conversation, reply.answer)
+        self.issued.remember(reply.response_id, issued)
 
     def _response(self, reply: HitReply, status: str, output: list[dict[str, Any]], created: int) -> dict[str, Any]:
         """A Response object, repeating the request's fields as OpenAI does."""
@@ -207,6 +225,7 @@ class StreamedResponse:
     def __init__(self, dialect: ResponsesDialect, max_bytes: int) -> None:
         self.dialect = dialect
         self.max_bytes = max_bytes
+        self.deltas: list[str] = []  # the text the client was streamed, to hold the final answer to
         self.delta_bytes = 0
         self.too_large = False
         self.answer: str | None = None
@@ -220,10 +239,16 @@ class StreamedResponse:
         if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
             self.delta_bytes += utf8_bytes(event["delta"])
             self.too_large = self.too_large or self.delta_bytes > self.max_bytes
+            if self.too_large:
+                self.deltas.clear()
+            else:
+                self.deltas.append(event["delta"])
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self.finished = True
             if kind == "response.completed" and not self.too_large:
-                self.answer = self.dialect.clean_answer(dict_field(event, "response"), self.max_bytes)
+                answer = self.dialect.clean_answer(dict_field(event, "response"), self.max_bytes)
+                # Stored only if it is what the client was streamed: the final word must not differ.
+                self.answer = answer if not self.deltas or "".join(self.deltas) == answer else None
 
     def cacheable(self) -> bool:
         return self.answer is not None
@@ -233,6 +258,12 @@ class StreamedResponse:
 
     def tool_call_answer(self) -> list[dict[str, Any]] | None:
         return None
+
+
+def is_issued_id(value: object) -> bool:
+    """Whether ``value`` names a response semcache served from its cache, however it is spelled: such
+    an id must never reach the upstream, which never issued it."""
+    return isinstance(value, str) and value.strip().lower().startswith(ISSUED_ID_PREFIX)
 
 
 def _stateful(body: dict[str, Any]) -> str | None:
@@ -261,7 +292,8 @@ def _input_messages(value: object) -> list[dict[str, Any]] | None:
         return None
     messages = []
     for item in value:
-        if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") not in _ROLES:
+        role = item.get("role") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or item.get("type", "message") != "message" or role not in _ROLES:
             return None
         text = _text_of(item.get("content"))
         if text is None:

@@ -12,11 +12,12 @@ from fastapi.responses import Response
 
 from ..dialects.completions import CompletionsDialect
 from ..dialects.responses import ResponsesDialect
+from ..keys import user_id
 from ..pipeline import Pipeline
 from ..wire import CompletionRequest, ResponsesRequest
 from .limits import BoundedJsonRoute
 from .passthrough import relay
-from .routes import admit, answer, namespace_of, pipeline_of
+from .routes import admit, answer, canonical_authorization, namespace_of, pipeline_of
 
 apis_router = APIRouter(route_class=BoundedJsonRoute)
 
@@ -29,11 +30,12 @@ apis_router = APIRouter(route_class=BoundedJsonRoute)
 )  # fmt: skip
 async def completions(body: CompletionRequest, request: Request) -> Response:
     arrived, pipeline, namespace = _admitted(request)
-    dialect = CompletionsDialect(body.model_dump(exclude_unset=True))
+    sent = body.model_dump(exclude_unset=True)
+    dialect = CompletionsDialect(sent)
     view = dialect.chat_view()
     if dialect.bypass_reason is not None:
         return await relay(request, "/completions", namespace, dialect.api, await request.body())
-    return await answer(request, pipeline, view, namespace, arrived, dialect)
+    return await answer(request, pipeline, view, namespace, arrived, dialect, _end_user(sent))
 
 
 @apis_router.post(
@@ -45,13 +47,16 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 async def responses(body: ResponsesRequest, request: Request) -> Response:
     arrived, pipeline, namespace = _admitted(request)
     sent = body.model_dump(exclude_unset=True)
-    dialect = ResponsesDialect(sent, namespace, request.app.state.semcache.issued_responses)
+    user = _end_user(sent)
+    per_user = pipeline.policies.for_namespace(namespace).scope_per_user
+    owner = user_id(canonical_authorization(request.headers.get("authorization")), user) if per_user else None
+    dialect = ResponsesDialect(sent, namespace, owner, request.app.state.semcache.issued_responses)
     view = dialect.chat_view()
     if dialect.bypass_reason is not None:
         # Stateful, acting or not text: untouched, but for a hit's id written out as its conversation.
         raw = await request.body() if dialect.body is sent else _json_bytes(dialect.body)
         return await relay(request, "/responses", namespace, dialect.api, raw)
-    return await answer(request, pipeline, view, namespace, arrived, dialect)
+    return await answer(request, pipeline, view, namespace, arrived, dialect, user)
 
 
 def _admitted(request: Request) -> tuple[float, Pipeline, str]:
@@ -62,6 +67,13 @@ def _admitted(request: Request) -> tuple[float, Pipeline, str]:
     namespace = namespace_of(request)
     admit(request, namespace)
     return arrived, pipeline, namespace
+
+
+def _end_user(body: dict[str, Any]) -> str | None:
+    """Who the client says the request is for (``user``, and the Responses API's
+    ``safety_identifier``): with ``scope_per_user``, part of whose answers these are."""
+    user, safety = (value if isinstance(value, str) else None for value in map(body.get, ("user", "safety_identifier")))
+    return user if safety is None else f"{user or ''}\x00{safety}"
 
 
 def _json_bytes(body: dict[str, Any]) -> bytes:

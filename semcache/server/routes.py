@@ -82,15 +82,22 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     pipeline = pipeline_of(request)
     namespace = namespace_of(request)
     admit(request, namespace)
-    return await answer(request, pipeline, body, namespace, arrived, CHAT)
+    return await answer(request, pipeline, body, namespace, arrived, CHAT, body.user)
 
 
 async def answer(
-    request: Request, pipeline: Pipeline, body: ChatCompletionRequest, namespace: str, arrived: float, dialect: Dialect
+    request: Request,
+    pipeline: Pipeline,
+    body: ChatCompletionRequest,
+    namespace: str,
+    arrived: float,
+    dialect: Dialect,
+    user: str | None,
 ) -> Response:
-    """A request through the tiers, answered in its own API (``dialect``): ``body`` is its chat view."""
+    """A request through the tiers, answered in its own API (``dialect``): ``body`` is its chat view,
+    ``user`` who the client says it asks for (with ``scope_per_user``, part of the scope)."""
     RequestBounds.from_settings(_state(request).settings).check(body)
-    lookup = await pipeline.lookup(body, namespace, request_controls(request, body.user), dialect)
+    lookup = await pipeline.lookup(body, namespace, request_controls(request, user), dialect)
     upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
     try:
         if lookup.hit is not None:

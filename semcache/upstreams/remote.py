@@ -216,7 +216,7 @@ async def parse_sse(
         if redact.may_hold_secret(data):
             chunk = await _off_loop_if_large(redact.scrub, chunk, len(data))
         yield chunk
-        if api == "responses" and chunk.get("type") in _RESPONSE_FINAL_EVENTS:
+        if api == "responses" and _is_final_event(chunk):
             return
     raise UpstreamUnavailable("the upstream stream ended before [DONE]")
 
@@ -270,6 +270,11 @@ async def _off_loop_if_large(work: Callable[[Any], _T], value: Any, size: int) -
     if size >= _PARSE_OFF_LOOP_BYTES:
         return await asyncio.to_thread(work, value)
     return work(value)
+
+
+def _is_final_event(chunk: dict[str, Any]) -> bool:
+    kind = chunk.get("type")
+    return isinstance(kind, str) and kind in _RESPONSE_FINAL_EVENTS
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
