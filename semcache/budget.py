@@ -148,7 +148,7 @@ class ErrorBudgets:
         self,
         *,
         min_labels: int = 50,
-        confidence: float = 0.85,
+        confidence: float = 0.7,
         explore_share: float = 0.05,
         rng: random.Random | None = None,
     ) -> None:

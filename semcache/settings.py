@@ -274,7 +274,7 @@ class Settings(BaseSettings):
         50, ge=1, description="Labels a namespace needs before its line moves from the prior and it explores."
     )
     learn_confidence: float = Field(
-        0.85, gt=0.5, lt=1.0, description="Confidence that the learned line's wrong share is within target_error."
+        0.7, gt=0.5, lt=1.0, description="Confidence that the learned line's wrong share is within target_error."
     )
     explore_share: float = Field(
         0.05,
