@@ -423,8 +423,7 @@ class Pipeline:
 
     async def _count_tokens(self, lookup: Lookup, answer: str) -> dict[str, int]:
         """Prompt and answer tokens; a long text's in a worker thread (tiktoken lets go of the GIL)."""
-        messages = [m.model_dump(exclude_none=True) for m in lookup.request.messages]
-        count = functools.partial(self.tokens.usage, messages, answer, lookup.request.model)
+        count = functools.partial(lookup.dialect.usage, self.tokens, lookup.request, answer)
         if len(answer) + lookup.request.content_chars() > _INLINE_COUNT_CHARS:
             return await asyncio.to_thread(count)
         return count()

@@ -3,12 +3,14 @@ only a clean, consistent answer, and never more than it may keep (small fakes, n
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from semcache.dialects.completions import CompletionsDialect
 from semcache.dialects.responses import IssuedResponse, IssuedResponses, ResponsesDialect
+from semcache.tokens import TokenCounter
 
 TEXT = "Paris is the capital of France."
 
@@ -76,3 +78,11 @@ def test_the_hits_remembered_stay_within_their_count_and_their_text() -> None:
     issued.remember("huge", IssuedResponse("ns", None, [], "a" * 101))
     assert issued.get("huge", "ns") is None and issued.get("big", "ns") is not None  # never kept, nothing lost
     assert issued.get("big", "other") is None
+
+
+def test_a_legacy_hits_usage_counts_its_prompt_as_plain_text(tmp_path: Path) -> None:
+    tokens = TokenCounter(tmp_path)
+    dialect = CompletionsDialect({"model": "gpt-3.5-turbo-instruct", "prompt": "Write a haiku about the sea."})
+    usage = dialect.usage(tokens, dialect.chat_view(), TEXT)
+    assert usage["prompt_tokens"] == tokens.count_text("Write a haiku about the sea.", "gpt-3.5-turbo-instruct")
+    assert usage["total_tokens"] == usage["prompt_tokens"] + tokens.count_text(TEXT, "gpt-3.5-turbo-instruct")

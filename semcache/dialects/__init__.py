@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..protocols import UpstreamApi
+from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest
 
 
@@ -79,6 +80,10 @@ class Dialect(Protocol):
 
     def streamed_answer(self, max_bytes: int) -> StreamedAnswer: ...
 
+    def usage(self, tokens: TokenCounter, request: ChatCompletionRequest, answer: str) -> dict[str, int]:
+        """The tokens the upstream would have counted for this request and ``answer``."""
+        ...
+
     def hit_response(self, reply: HitReply) -> dict[str, Any]: ...
 
     def hit_events(self, reply: HitReply, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
@@ -90,6 +95,12 @@ class Dialect(Protocol):
 # a long answer in longer pieces, with the event loop free between them.
 _REPLAY_PIECE_CHARS = 24
 _REPLAY_MAX_PIECES = 256
+
+
+def message_usage(tokens: TokenCounter, request: ChatCompletionRequest, answer: str) -> dict[str, int]:
+    """Usage of a request made of messages: the chat view's, with each message's overhead."""
+    messages = [message.model_dump(exclude_none=True) for message in request.messages]
+    return tokens.usage(messages, answer, request.model)
 
 
 async def replay_pieces(answer: str) -> AsyncIterator[str]:

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..protocols import UpstreamApi
+from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest, chat_chunk, chat_completion, completion_id, usage_chunk
-from . import HitReply, replay_pieces
+from . import HitReply, message_usage, replay_pieces
 from .untrusted import dict_field, dicts_of, fits, is_first_choice, utf8_bytes
 
 
@@ -35,6 +36,9 @@ class ChatDialect:
 
     def streamed_answer(self, max_bytes: int) -> StreamedChatAnswer:
         return StreamedChatAnswer(max_bytes)
+
+    def usage(self, tokens: TokenCounter, request: ChatCompletionRequest, answer: str) -> dict[str, int]:
+        return message_usage(tokens, request, answer)
 
     def hit_response(self, reply: HitReply) -> dict[str, Any]:
         calls = reply.tool_calls

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from ..errors import InvalidRequest
 from ..protocols import UpstreamApi
+from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest
 from . import HitReply, replay_pieces
 from .untrusted import dicts_of, fits, is_first_choice, utf8_bytes
@@ -85,6 +86,16 @@ class CompletionsDialect:
 
     def streamed_answer(self, max_bytes: int) -> StreamedCompletion:
         return StreamedCompletion(max_bytes)
+
+    def usage(self, tokens: TokenCounter, request: ChatCompletionRequest, answer: str) -> dict[str, int]:
+        """The prompt is plain text, counted without a chat message's overhead."""
+        prompt = _one_text(self.body.get("prompt")) or ""
+        prompt_tokens, completion_tokens = (
+            tokens.count_text(prompt, request.model),
+            tokens.count_text(answer, request.model),
+        )
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
 
     def hit_response(self, reply: HitReply) -> dict[str, Any]:
         return {

@@ -23,8 +23,9 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..protocols import UpstreamApi
 from ..recent import RecentById
+from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest
-from . import HitReply, replay_pieces
+from . import HitReply, message_usage, replay_pieces
 from .completions import _validated
 from .untrusted import dict_field, dicts_of, fits, utf8_bytes
 
@@ -107,9 +108,10 @@ class ResponsesDialect:
         issued = self.issued.get(previous.strip(), self.namespace)
         if issued is None or issued.owner != self.owner:
             raise InvalidRequest(
-                f"previous_response_id {previous!r} names an answer semcache served from its cache, which it no "
-                "longer remembers (it keeps the latest ones, in the replica that served them): send the "
-                "conversation in input instead",
+                f"previous_response_id {previous!r} names an answer semcache served from its cache that cannot be "
+                "gone on from here: semcache keeps the latest ones, in the replica that served them, for the "
+                "namespace (and with scope_per_user, the user) it was served to. Send the conversation in input "
+                "instead",
                 code="previous_response_not_found",
             )
         new_input = body.get("input")
@@ -156,6 +158,9 @@ class ResponsesDialect:
 
     def streamed_answer(self, max_bytes: int) -> StreamedResponse:
         return StreamedResponse(self, max_bytes)
+
+    def usage(self, tokens: TokenCounter, request: ChatCompletionRequest, answer: str) -> dict[str, int]:
+        return message_usage(tokens, request, answer)
 
     def hit_response(self, reply: HitReply) -> dict[str, Any]:
         self._remember(reply)
