@@ -15,6 +15,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
+from ..errors import InvalidRequest
 from ..protocols import UpstreamApi
 from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest
@@ -95,6 +98,17 @@ class Dialect(Protocol):
 # a long answer in longer pieces, with the event loop free between them.
 _REPLAY_PIECE_CHARS = 24
 _REPLAY_MAX_PIECES = 256
+
+
+def chat_view_of(view: dict[str, Any]) -> ChatCompletionRequest:
+    """The chat view of another API's request, or a 400 naming the field of the client's request
+    that is wrong."""
+    try:
+        return ChatCompletionRequest.model_validate(view)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "body"
+        raise InvalidRequest(f"{where}: {error['msg']}", code="invalid_request") from exc
 
 
 def message_usage(tokens: TokenCounter, request: ChatCompletionRequest, answer: str) -> dict[str, int]:

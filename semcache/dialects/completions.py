@@ -17,13 +17,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import ValidationError
-
-from ..errors import InvalidRequest
 from ..protocols import UpstreamApi
 from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest
-from . import HitReply, replay_pieces
+from . import HitReply, chat_view_of, replay_pieces
 from .untrusted import dicts_of, fits, is_first_choice, utf8_bytes
 
 # Fields that go upstream but shape nothing in the answer, or that the chat view reads another way.
@@ -60,7 +57,7 @@ class CompletionsDialect:
         view.pop("logprobs", None)  # an int here, a bool in chat; read above
         view.update(messages=_as_messages(text or ""))
         self.key_detail, self.semantic = _continued_from(text or "")
-        return _validated(view)
+        return chat_view_of(view)
 
     def upstream_body(self, request: ChatCompletionRequest) -> dict[str, Any]:
         return dict(self.body)
@@ -187,13 +184,3 @@ def _one_text(prompt: object) -> str | None:
 
 def _more_than_one(value: object) -> bool:
     return isinstance(value, int | float) and value > 1
-
-
-def _validated(view: dict[str, Any]) -> ChatCompletionRequest:
-    """The chat view, or a 400 naming the field of the client's request that is wrong."""
-    try:
-        return ChatCompletionRequest.model_validate(view)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"]) or "body"
-        raise InvalidRequest(f"{where}: {error['msg']}", code="invalid_request") from exc

@@ -25,8 +25,7 @@ from ..protocols import UpstreamApi
 from ..recent import RecentById
 from ..tokens import TokenCounter
 from ..wire import ChatCompletionRequest
-from . import HitReply, message_usage, replay_pieces
-from .completions import _validated
+from . import HitReply, chat_view_of, message_usage, replay_pieces
 from .untrusted import dict_field, dicts_of, fits, utf8_bytes
 
 # The prefix of the ids semcache gives the responses it answers from its cache.
@@ -99,7 +98,7 @@ class ResponsesDialect:
             messages = [{"role": "system", "content": instructions}, *messages]
         view = {key: value for key, value in body.items() if key not in _OUT_OF_SCOPE}
         view.update(messages=messages, stream=bool(body.get("stream")))
-        return _validated(view)
+        return chat_view_of(view)
 
     def _go_on_from_hit(self, body: dict[str, Any]) -> dict[str, Any]:
         previous = body.get("previous_response_id")
