@@ -45,7 +45,7 @@ Every setting can be given in four places; the first that names it wins:
 # semcache.yaml: semcache serve --config semcache.yaml
 upstream_url: http://127.0.0.1:8000/v1
 threshold: 0.93
-guards: [numbers, negation, antonyms, roles, literals, entities]
+guards: [numbers, negation, antonyms, roles, literals, template, entities]
 language_thresholds: {han: 0.99}
 context_limits: {gpt-4o-mini: 128000}
 ```

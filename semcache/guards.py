@@ -11,6 +11,10 @@ miss. Each guard compares the incoming prompt with the cached prompt and is on o
   ("男生送女生" vs "女生送男生", "银行卡转入支付宝" vs "支付宝转入银行卡").
 - ``literals``: code, command-line flags, identifiers and math must match exactly, case and
   layout included ("ls -R" vs "ls -r", "6!" vs "6", "os.path" vs "os_path", indented code).
+- ``template``: two prompts of several lines that begin with the same lines, which are most of
+  their text (a few-shot template, instructions before a filled-in line), and differ after them
+  ("...cheese => fromage\nplush giraffe =>" vs "...\napple =>"): the shared lines fill the
+  embedding, and the lines that differ decide the answer.
 
 ``numbers`` also reads Chinese numerals in Chinese text ("十一月" is 11, "三百五十" is 350), and
 superscripts as exponents ("2³" is 2 and 3, never 23).
@@ -25,7 +29,9 @@ from dataclasses import dataclass
 
 from . import chinese
 
-GUARD_NAMES = ("numbers", "negation", "antonyms", "entities", "order", "roles", "literals")
+GUARD_NAMES = ("numbers", "negation", "antonyms", "entities", "order", "roles", "literals", "template")
+# The ``template`` guard's line: shared lines of at least this share of the longer prompt's text.
+_TEMPLATE_SHARE = 0.5
 
 _NUMBER_WORDS = {
     "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
@@ -262,6 +268,31 @@ def literals(query: _Text, cached: _Text) -> GuardResult:
     return GuardResult("literals", True)
 
 
+def template(query: _Text, cached: _Text) -> GuardResult:
+    """Vetoes prompts that begin with the same lines and differ after them, when the shared lines
+    (leading and trailing) are most of the text: their cosine is mostly the shared part's, and says
+    nothing of what differs. A question worded two ways before the same pasted code or text (no
+    shared first line) is left to the other guards: ``literals`` holds the code to every character."""
+    left, right = _lines(query.original), _lines(cached.original)
+    if len(left) < 2 or len(right) < 2 or left == right:
+        return GuardResult("template", True)
+    head = 0
+    while head < min(len(left), len(right)) and left[head] == right[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(left), len(right)) - head and left[-1 - tail] == right[-1 - tail]:
+        tail += 1
+    shared = sum(len(line) for line in left[:head] + left[len(left) - tail :])
+    longer = max(sum(map(len, left)), sum(map(len, right)))
+    if head and shared >= _TEMPLATE_SHARE * longer:
+        return GuardResult("template", False, f"{head + tail} shared lines, the others differ")
+    return GuardResult("template", True)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def _stem(word: str) -> str:
     for suffix in ("ies", "es", "s"):
         if len(word) > len(suffix) + 2 and word.endswith(suffix):
@@ -277,6 +308,7 @@ _GUARDS: dict[str, Callable[[_Text, _Text], GuardResult]] = {
     "order": order,
     "roles": roles,
     "literals": literals,
+    "template": template,
 }
 
 

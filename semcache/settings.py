@@ -39,7 +39,7 @@ TOOL_VARIABLES = frozenset(
 # serves at least 45% of the possible hits with the fewest wrong ones.
 DEFAULT_THRESHOLD = 0.91
 # "roles" reads Chinese text only (swapped roles or direction); Latin text always passes it.
-DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "roles", "literals")
+DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "roles", "literals", "template")
 # Per prompt script, for the multilingual model those scripts use (docs/hit-quality.md, Chinese):
 # multilingual-e5-small packs its cosines into 0.8-1.0.
 DEFAULT_LANGUAGE_THRESHOLDS = {"han": 0.987, "other": 0.987}

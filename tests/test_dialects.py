@@ -386,3 +386,18 @@ def test_a_hits_id_is_recognised_however_spelled_and_only_by_its_user(
     respond(alice, input="And then?", previous_response_id=f" {hit.id} ")  # written out, as the id itself is
     assert all(not str(call.get("previous_response_id", "")).strip().lower().startswith("resp_sc")
                for call in calls_to(upstream, "/v1/responses"))  # fmt: skip
+
+
+def test_a_chat_template_filled_in_differently_is_not_a_hit(
+    serve: Callable[..., str], make_client: Callable[..., openai.OpenAI]
+) -> None:
+    client = make_client(serve())
+    for asked, other in [
+        ("plush giraffe =>", "apple =>"),
+        ("The weather in Paris today is", "The weather in London today is"),
+    ]:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": FEW_SHOT + asked}])
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": FEW_SHOT + other}]
+        )
+        assert raw.headers["x-semcache"] == "miss"

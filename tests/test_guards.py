@@ -85,3 +85,36 @@ def test_unknown_guard_names_are_refused() -> None:
 def test_literals_may_come_in_any_order() -> None:
     [result] = guards.check("What does `fs.ls` list, given `fs`?", "Given `fs`, what does `fs.ls` list?", ["literals"])
     assert result.passed
+
+
+FEW_SHOT = "Translate English to French:\nsea otter => loutre de mer\npeppermint => menthe poivrée\ncheese => fromage\n"
+
+
+@pytest.mark.parametrize(
+    ("query", "cached"),
+    [
+        (FEW_SHOT + "plush giraffe =>", FEW_SHOT + "apple =>"),
+        (FEW_SHOT + "The weather in Paris today is", FEW_SHOT + "The weather in London today is"),
+        (
+            "You are a careful translator.\nTranslate: good morning\nInto: French",
+            "You are a careful translator.\nTranslate: good night\nInto: French",
+        ),
+    ],
+)
+def test_template_vetoes_another_fill_of_mostly_shared_lines(query: str, cached: str) -> None:
+    (result,) = guards.check(query, cached, ["template"])
+    assert not result.passed and "shared lines" in result.detail
+
+
+@pytest.mark.parametrize(
+    ("query", "cached"),
+    [
+        ("How do I learn Python quickly?", "How can I learn Python fast?"),  # one line each
+        (FEW_SHOT + "apple =>", FEW_SHOT + "apple =>"),  # the same text
+        ("Hi.\nWhat is the best way to learn Python as a complete beginner?",
+         "Hi.\nHow should a complete beginner start learning the Python language?"),  # little shared
+    ],
+)  # fmt: skip
+def test_template_passes_prompts_that_are_not_one_template_filled_differently(query: str, cached: str) -> None:
+    (result,) = guards.check(query, cached, ["template"])
+    assert result.passed
