@@ -14,6 +14,7 @@ conversation written out in ``input``, so the client can go on from a hit as fro
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -170,7 +171,7 @@ class ResponsesDialect:
         self._remember(reply)
         created = int(time.time())
         item_id = _message(reply, "completed")["id"]
-        sequence = iter(range(1_000_000))
+        sequence = itertools.count()
 
         def event(kind: str, **fields: Any) -> dict[str, Any]:
             return {"type": kind, "sequence_number": next(sequence), **fields}

@@ -4,7 +4,6 @@ like chat when they can be (see ``semcache.dialects``), passed on untouched when
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -13,11 +12,10 @@ from fastapi.responses import Response
 from ..dialects.completions import CompletionsDialect
 from ..dialects.responses import ResponsesDialect
 from ..keys import user_id
-from ..pipeline import Pipeline
 from ..wire import CompletionRequest, ResponsesRequest
 from .limits import BoundedJsonRoute
 from .passthrough import relay
-from .routes import admit, answer, canonical_authorization, namespace_of, pipeline_of
+from .routes import admitted, answer, canonical_authorization
 
 apis_router = APIRouter(route_class=BoundedJsonRoute)
 
@@ -29,7 +27,7 @@ apis_router = APIRouter(route_class=BoundedJsonRoute)
                      "events, one text_completion chunk each, ending with `data: [DONE]`"}},
 )  # fmt: skip
 async def completions(body: CompletionRequest, request: Request) -> Response:
-    arrived, pipeline, namespace = _admitted(request)
+    arrived, pipeline, namespace = admitted(request)
     sent = body.model_dump(exclude_unset=True)
     dialect = CompletionsDialect(sent)
     view = dialect.chat_view()
@@ -45,7 +43,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
                      "Responses API's events, from response.created to response.completed"}},
 )  # fmt: skip
 async def responses(body: ResponsesRequest, request: Request) -> Response:
-    arrived, pipeline, namespace = _admitted(request)
+    arrived, pipeline, namespace = admitted(request)
     sent = body.model_dump(exclude_unset=True)
     user = _end_user(sent)
     per_user = pipeline.policies.for_namespace(namespace).scope_per_user
@@ -57,16 +55,6 @@ async def responses(body: ResponsesRequest, request: Request) -> Response:
         raw = await request.body() if dialect.body is sent else _json_bytes(dialect.body)
         return await relay(request, "/responses", namespace, dialect.api, raw)
     return await answer(request, pipeline, view, namespace, arrived, dialect, user)
-
-
-def _admitted(request: Request) -> tuple[float, Pipeline, str]:
-    """When the request arrived (hits are padded from then), the pipeline, and the namespace that
-    the client's key may use and whose rate limit it passed."""
-    arrived = time.perf_counter()
-    pipeline = pipeline_of(request)
-    namespace = namespace_of(request)
-    admit(request, namespace)
-    return arrived, pipeline, namespace
 
 
 def _end_user(body: dict[str, Any]) -> str | None:

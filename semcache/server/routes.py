@@ -78,11 +78,18 @@ def entry_admin_of(request: Request) -> EntryAdmin:
                      "`stream: true`: server-sent events, one chunk each, ending with `data: [DONE]`"}},
 )  # fmt: skip
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
-    arrived = time.perf_counter()  # hits are padded from here (hit_min_latency_ms)
+    arrived, pipeline, namespace = admitted(request)
+    return await answer(request, pipeline, body, namespace, arrived, CHAT, body.user)
+
+
+def admitted(request: Request) -> tuple[float, Pipeline, str]:
+    """When the request arrived (hits are padded from then: hit_min_latency_ms), the pipeline (a 503
+    while loading), and the namespace that the client's key may use and whose rate limit it passed."""
+    arrived = time.perf_counter()
     pipeline = pipeline_of(request)
     namespace = namespace_of(request)
     admit(request, namespace)
-    return await answer(request, pipeline, body, namespace, arrived, CHAT, body.user)
+    return arrived, pipeline, namespace
 
 
 async def answer(

@@ -5,6 +5,7 @@ status, latency, a stream cut or ended by an error event, another finish, a tool
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -152,7 +153,7 @@ def _responses_reply(
         return f"event: {event['type']}\n".encode() + _sse(event)
 
     def events() -> Iterator[bytes]:
-        sequence = iter(range(1_000_000))
+        sequence = itertools.count()
 
         def event(kind: str, **fields: Any) -> bytes:
             return named({"type": kind, "sequence_number": next(sequence), **fields})
