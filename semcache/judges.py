@@ -6,6 +6,12 @@ questions share many words. So a judge says "same" on normalised equal text at o
 the ``embedding`` judge compares the two answers' embeddings against a cut-off, and the opt-in
 ``upstream`` judge asks the model itself. Any judge may abstain (None): no label is better than a
 guess.
+
+The embedding judge calibrates its cut-off on each namespace's own answers: answers to unrelated
+questions there show how alike two different answers read (a support bot's greeting and signature
+make every pair of its answers close), and "the same" must be clearly above that. It learns that
+from the answers it judges and, until it has seen enough, from every answer the namespace is sent;
+until then it says "the same" only for the same words.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -28,6 +35,30 @@ log = logging.getLogger("semcache.judges")
 # Only the start of long answers is embedded: the model reads 256 tokens at most.
 _EMBEDDED_CHARS = 2_000
 _WORDS = re.compile(r"\w+")
+# Two questions this far apart in cosine are unrelated, and so are their answers; so are two less
+# alike than most pairs of questions the namespace asks, for models that pack every cosine high
+# (multilingual-e5 puts unrelated questions at about 0.8).
+_UNRELATED_QUESTIONS = 0.3
+_UNRELATED_QUANTILE = 0.5
+# Per namespace and model: the answers remembered to pair with later ones, the cosines of unrelated
+# pairs kept, and how many of those it takes to calibrate the cut-off.
+_REMEMBERED_ANSWERS = 16
+_REFERENCE_PAIRS = 256
+_MIN_REFERENCE_PAIRS = 20
+# The share of unrelated pairs "the same" must be clearly above.
+_REFERENCE_QUANTILE = 0.9
+# Past this cut-off, answers in the namespace read too alike for their embeddings to tell apart.
+_HIGHEST_CUTOFF = 0.99
+# Remembered answers are kept for this many namespace-and-model pairs, the least recently judged
+# dropped first; a pair keeps its calibration without them. Past _MAX_LEVELS calibrated pairs, new
+# ones stay uncalibrated, as budgets past MAX_BUDGETS keep the prior.
+_MAX_REFERENCES = 256
+_MAX_LEVELS = 10_000
+# Answers observed per pair while it is not calibrated: a namespace whose questions never read
+# unrelated (one question asked again and again) does not cost an embedding per miss for ever.
+_MAX_OBSERVED = 64
+# Two questions at least this alike are one question asked again: their answers say nothing.
+_SAME_QUESTION = 0.999
 
 
 @dataclass(frozen=True)
@@ -40,11 +71,26 @@ class JudgeCase:
     cached_answer: str
     embedding_model: str  # the model this namespace embeds this script's prompts with
     model: str  # the chat model the request named
+    namespace: str
+    question_vector: np.ndarray | None = None  # the question's embedding by ``embedding_model``, if at hand
 
 
 class AnswerJudge(Protocol):
     async def same_answer(self, case: JudgeCase) -> bool | None:
         """True if the cached answer would have served the request as well; None to abstain."""
+        ...
+
+    def describe(self, namespace: str) -> dict[str, Any]:
+        """How this judge decides in ``namespace``, for /admin."""
+        ...
+
+    def forget(self, namespace: str) -> None:
+        """Drop what the judge learned of ``namespace`` (an operator's reset)."""
+        ...
+
+    async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
+        """An answer the upstream gave in ``namespace``, with its question's embedding: no case to
+        judge, but it shows how the namespace's answers read."""
         ...
 
 
@@ -59,30 +105,139 @@ class TextJudge:
     async def same_answer(self, case: JudgeCase) -> bool | None:
         return True if normalised(case.fresh_answer) == normalised(case.cached_answer) else None
 
+    def describe(self, namespace: str) -> dict[str, Any]:
+        return {"judge": "text"}
+
+    def forget(self, namespace: str) -> None:
+        return None
+
+    async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
+        return None
+
 
 Embed = Callable[[str, str], Awaitable[np.ndarray]]
 
 
+@dataclass
+class _Reference:
+    """One namespace's recent answers under one model, and how alike the unrelated ones read."""
+
+    answers: deque[tuple[np.ndarray, np.ndarray]] = field(default_factory=lambda: deque(maxlen=_REMEMBERED_ANSWERS))
+    # The cosines of recent pairs of questions, and of the answers of the unrelated ones among them.
+    questions: deque[float] = field(default_factory=lambda: deque(maxlen=_REFERENCE_PAIRS))
+    unrelated: deque[float] = field(default_factory=lambda: deque(maxlen=_REFERENCE_PAIRS))
+    observed: int = 0
+
+    def add(self, question: np.ndarray, answer: np.ndarray) -> float | None:
+        """Pair an answer with the remembered answers to unrelated questions, then remember it.
+        Returns how alike unrelated answers read now (the nine-in-ten cosine), once there are enough."""
+        pairs = [(float(question @ other_question), float(answer @ other_answer))
+                 for other_question, other_answer in self.answers]  # fmt: skip
+        pairs = [(between, answers) for between, answers in pairs if between < _SAME_QUESTION]
+        self.questions.extend(between for between, _ in pairs)
+        unrelated_below = _UNRELATED_QUESTIONS
+        if len(self.questions) >= _MIN_REFERENCE_PAIRS:
+            typical = float(np.quantile(np.fromiter(self.questions, dtype=np.float64), _UNRELATED_QUANTILE))
+            unrelated_below = max(unrelated_below, typical)
+        self.unrelated.extend(answers for between, answers in pairs if between < unrelated_below)
+        # Copies: an embedder's vectors may be rows of a whole batch, which a view would keep alive.
+        self.answers.append((np.array(question, dtype=np.float32), np.array(answer, dtype=np.float32)))
+        if len(self.unrelated) < _MIN_REFERENCE_PAIRS:
+            return None
+        return float(np.quantile(np.fromiter(self.unrelated, dtype=np.float64), _REFERENCE_QUANTILE))
+
+
 class EmbeddingJudge:
-    """Same when the two answers' embeddings are at least ``min_similarity`` apart in cosine, and
-    at most ``min_similarity - margin`` for "different"; between the two it abstains."""
+    """Same when the two answers' embeddings are at least the cut-off alike in cosine, and at most
+    the cut-off less ``margin`` for "different"; between the two it abstains. The cut-off is
+    ``min_similarity``, or higher in a namespace whose answers to unrelated questions read more alike
+    than that (at least ``margin`` above nine in ten of them); past 0.99 the judge always abstains
+    there. Until a namespace's answers have calibrated it, the judge says "different" as usual but
+    never "the same" (after a restart, or an operator's reset, it starts there again)."""
 
     def __init__(self, embed: Embed, min_similarity: float, margin: float = 0.05) -> None:
         self._embed = embed
         self.min_similarity = min_similarity
         self.margin = margin
+        self._references: OrderedDict[tuple[str, str], _Reference] = OrderedDict()
+        # Per namespace and model: how alike unrelated answers read, the highest seen, so that a
+        # burst of unlike answers (a client's, say) cannot talk the cut-off back down.
+        self._levels: dict[tuple[str, str], float] = {}
 
     async def same_answer(self, case: JudgeCase) -> bool | None:
         if normalised(case.fresh_answer) == normalised(case.cached_answer):
             return True
         fresh = await self._embed(case.fresh_answer[:_EMBEDDED_CHARS], case.embedding_model)
         cached = await self._embed(case.cached_answer[:_EMBEDDED_CHARS], case.embedding_model)
+        question = case.question_vector
+        if question is None:
+            question = await self._embed(case.question, case.embedding_model)
+        key = (case.namespace, case.embedding_model)
+        # The level before this case: its own answers never sway its verdict.
+        level = self._levels.get(key)
+        self._learn(key, self._reference(key), question, fresh)
         cosine = float(fresh @ cached)
-        if cosine >= self.min_similarity:
+        if level is None:  # not calibrated: "different" only, which holds hits back
+            return False if cosine <= self.min_similarity - self.margin else None
+        cutoff = max(self.min_similarity, level + self.margin)
+        if cutoff > _HIGHEST_CUTOFF:
+            return None
+        if cosine >= cutoff:
             return True
-        if cosine <= self.min_similarity - self.margin:
+        if cosine <= cutoff - self.margin:
             return False
         return None
+
+    async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
+        """Until the namespace's model is calibrated, learn from the answers to its misses too (an
+        embedding each, at most ``_MAX_OBSERVED`` of them); after that, from the answers it judges."""
+        key = (namespace, embedding_model)
+        if key in self._levels:
+            return
+        reference = self._reference(key)
+        if reference.observed >= _MAX_OBSERVED:
+            return
+        reference.observed += 1
+        vector = await self._embed(answer[:_EMBEDDED_CHARS], embedding_model)
+        self._learn(key, reference, question, vector)
+
+    def describe(self, namespace: str) -> dict[str, Any]:
+        models = {}
+        for key in dict.fromkeys([*self._levels, *self._references]):
+            if key[0] != namespace:
+                continue
+            level = self._levels.get(key)
+            cutoff = self.min_similarity if level is None else max(self.min_similarity, level + self.margin)
+            reference = self._references.get(key)
+            models[key[1]] = {
+                "same_at": None if level is None else round(cutoff, 4), "different_at": round(cutoff - self.margin, 4),
+                "unrelated_pairs": len(reference.unrelated) if reference is not None else 0,
+                "unrelated_level": None if level is None else round(level, 4),
+                "abstains": cutoff > _HIGHEST_CUTOFF,
+            }  # fmt: skip
+        return {"judge": "embedding", "min_similarity": self.min_similarity, "models": models}
+
+    def forget(self, namespace: str) -> None:
+        for key in [key for key in self._references if key[0] == namespace]:
+            del self._references[key]
+        for key in [key for key in self._levels if key[0] == namespace]:
+            del self._levels[key]
+
+    def _learn(self, key: tuple[str, str], reference: _Reference, question: np.ndarray, answer: np.ndarray) -> None:
+        now = reference.add(question, answer)
+        if now is None or self._references.get(key) is not reference:
+            return  # not enough pairs yet, or forgotten meanwhile
+        if key in self._levels or len(self._levels) < _MAX_LEVELS:
+            self._levels[key] = max(self._levels.get(key, now), now)
+
+    def _reference(self, key: tuple[str, str]) -> _Reference:
+        reference = self._references.get(key)
+        if reference is None:
+            reference = self._references[key] = _Reference()
+            if len(self._references) > _MAX_REFERENCES:
+                self._references.popitem(last=False)  # judged longest ago; its level stays
+        self._references.move_to_end(key)
+        return reference
 
 
 Ask = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -129,6 +284,15 @@ class UpstreamJudge:
         if verdict.startswith("no"):
             return False
         return await self._fallback.same_answer(case)
+
+    def describe(self, namespace: str) -> dict[str, Any]:
+        return {"judge": "upstream", "fallback": self._fallback.describe(namespace)}
+
+    def forget(self, namespace: str) -> None:
+        self._fallback.forget(namespace)
+
+    async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
+        await self._fallback.observe(namespace, embedding_model, question, answer)
 
 
 def load_judge(settings: Settings, embed: Embed, upstream: Upstream) -> AnswerJudge:

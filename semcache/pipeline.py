@@ -661,18 +661,35 @@ class Pipeline:
             log.exception("could not store an answer; it was served but not cached")
 
     def _label_probe(self, lookup: Lookup, answer: str) -> None:
-        """Judge, off the request's path, whether the probed candidate's answer would have done."""
-        probe, key = lookup.probe, lookup.key
-        if probe is None or key is None or self.judge is None or lookup.coalesced_tier is not None:
+        """Judge, off the request's path, whether the probed candidate's answer would have done; with
+        no candidate, show the judge the answer (how this namespace's answers read)."""
+        probe, key, vector = lookup.probe, lookup.key, lookup.vector
+        if key is None or vector is None or self.judge is None or lookup.coalesced_tier is not None:
             return
         if len(self._labelling) >= _MAX_PENDING_LABELS:
             return
-        case = JudgeCase(question=key.prompt, fresh_answer=answer, cached_question=probe.prompt,
-                         cached_answer=probe.answer, embedding_model=self.embedding_model(key),
-                         model=lookup.request.model)  # fmt: skip
-        task = asyncio.ensure_future(self._judge(key.namespace, key.language, probe, case))
+        model = self.embedding_model(key)
+        if probe is None:
+            if not lookup.controls.store or not self.semantic.rule(key.namespace, key.language).learn:
+                return  # labels only teach a line that learns; an answer not kept is not read either
+            if len(self._labelling) >= _MAX_PENDING_LABELS // 2:
+                return  # leave room for the labels themselves
+            work = self._observe(key.namespace, model, vector, answer)
+        else:
+            case = JudgeCase(question=key.prompt, fresh_answer=answer, cached_question=probe.prompt,
+                             cached_answer=probe.answer, embedding_model=model, model=lookup.request.model,
+                             namespace=key.namespace, question_vector=vector)  # fmt: skip
+            work = self._judge(key.namespace, key.language, probe, case)
+        task = asyncio.ensure_future(work)
         self._labelling.add(task)
         task.add_done_callback(self._labelling.discard)
+
+    async def _observe(self, namespace: str, model: str, vector: np.ndarray, answer: str) -> None:
+        assert self.judge is not None
+        try:
+            await self.judge.observe(namespace, model, vector, answer)
+        except Exception:
+            log.exception("the judge could not read an answer")
 
     async def _judge(self, namespace: str, language: str, probe: Probe, case: JudgeCase) -> None:
         assert self.judge is not None

@@ -16,6 +16,7 @@ import pytest
 
 from semcache.testing.standin_upstream import StandinUpstream
 from testkit.servers import SemcacheProcess
+from testkit.support_bot import GREETING, SIGN_OFF
 
 from .conftest import ask, chat
 
@@ -79,13 +80,130 @@ def test_a_candidate_judged_wrong_for_a_near_miss_raises_its_own_threshold(
     ask(client, NEAR)
 
     budget = quality(url, labels=1)
-    assert budget["labels"]["near_miss"] == 1
+    assert budget["labels"]["near_miss"] == 1  # "different" needs no calibration: it only ever holds hits back
     entries = httpx.get(f"{url}/admin/entries", params={"namespace": "default", "text": "learn Python"}).json()
     [entry] = [e for e in entries["data"] if e["prompt"] == QUESTION]
     # Refuted at the near miss's similarity: the entry now needs a little more than that.
     similarity = httpx.get(f"{url}/admin/entries", params={"query": NEAR, "min_similarity": 0.5}).json()
     near = next(e["similarity"] for e in similarity["data"] if e["prompt"] == QUESTION)
     assert entry["min_similarity"] == pytest.approx(near + 0.005, abs=0.002)
+
+
+# Questions on unrelated topics, each with a near miss of it and the answer that fits both.
+NEAR_MISSES = [
+    ("What time do your branches open on Saturday?", "Are branches open at the weekend?",
+     "Branches open from nine until noon on Saturdays."),
+    ("How do I boil an egg so the yolk stays soft?", "What is the way to cook a soft boiled egg?",
+     "Boil it for six minutes, then cool it in cold water."),
+    ("How can I improve my sleep at night?", "What helps me sleep better at night?",
+     "Keep a regular bedtime and avoid screens for an hour before."),
+    ("How often should I water a cactus?", "How frequently does a cactus need watering?",
+     "Water it every two to three weeks, and less in winter."),
+    ("How do I remove a red wine stain from a carpet?", "What gets red wine out of carpet?",
+     "Blot it, then dab on a paste of baking soda and water."),
+    ("Why is the sky blue during the day?", "What makes the daytime sky look blue?",
+     "Air scatters blue sunlight more than red, so the sky looks blue."),
+    ("How do I tie a bow tie?", "What are the steps to tie a bowtie?",
+     "Cross the long end over, loop it behind, then fold and pull it through."),
+    ("How do I convert Celsius to Fahrenheit?", "What is the formula from Celsius to Fahrenheit?",
+     "Multiply by nine fifths and add thirty-two."),
+]  # fmt: skip
+
+
+def judge_state(url: str, unrelated_pairs: int) -> dict[str, Any]:
+    """The judge's cut-off in the default namespace, once it has paired this many unrelated answers:
+    it pairs each answer it judges after the verdict, so by then the verdict is in too."""
+    deadline = time.monotonic() + 10
+    while True:
+        judge = httpx.get(f"{url}/admin/namespaces/default/quality").json()["judge"]
+        # Keyed by the Latin script's model, named with its backend ("all-MiniLM-L6-v2+int8").
+        latin = [state for model, state in judge["models"].items() if model.startswith("all-MiniLM-L6-v2")]
+        state = latin[0] if latin else {"unrelated_pairs": 0}
+        if state["unrelated_pairs"] >= unrelated_pairs or time.monotonic() > deadline:
+            return state
+        time.sleep(0.05)
+
+
+def calibrate_judge(url: str, client: openai.OpenAI, upstream: StandinUpstream, wrap: bool = False) -> int:
+    """Near misses on unrelated topics, answered plainly or by the bot (``wrap``), until the judge has
+    calibrated its cut-off on the namespace's answers; returns the labels they gave."""
+    for question, near, answer in NEAR_MISSES:
+        plain, reworded = answer, answer + " Good luck!"
+        if wrap:
+            plain, reworded = GREETING + plain + SIGN_OFF, GREETING + reworded + SIGN_OFF
+        upstream.state.answers.update({question: plain, near: reworded})
+        assert ask(client, question)[1]["x-semcache"] == "miss"
+        assert ask(client, near)[1]["x-semcache"] == "miss"  # a near miss, judged against the question's answer
+    state = judge_state(url, unrelated_pairs=20)
+    assert state["same_at"] is not None
+    return int(quality(url)["labels_total"])
+
+
+def test_the_judge_calibrates_its_cut_off_on_a_namespace_whose_answers_all_read_alike(
+    serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    url = serve()
+    client = make_client(url)
+    calibrate_judge(url, client, upstream, wrap=True)
+    state = judge_state(url, unrelated_pairs=20)
+    assert state["unrelated_pairs"] >= 20
+    # Answers to unrelated questions read alike here: "the same" must now be clearly above them.
+    assert state["same_at"] > 0.9 and state["same_at"] == pytest.approx(state["unrelated_level"] + 0.05, abs=1e-3)
+    # Before it had seen enough answers it said "different" or nothing, never "the same" on a fixed 0.85.
+    budget = quality(url)
+    assert budget["labels"]["near_miss"] < len(NEAR_MISSES)
+
+    # Now a reworded answer is still the same...
+    question = "How do I reset my online banking password?"
+    near = "I forgot the password for internet banking, what now?"
+    reset = "Open Settings, choose Security and press Reset password; a link arrives by email."
+    reworded = "Press Reset password under Settings, Security: we email you a link."
+    upstream.state.answers.update({question: GREETING + reset + SIGN_OFF, near: GREETING + reworded + SIGN_OFF})
+    ask(client, question)
+    assert ask(client, near)[1]["x-semcache"] == "miss"
+    labelled = quality(url, labels=budget["labels_total"] + 1)
+    assert labelled["labels_total"] == budget["labels_total"] + 1
+    assert not refuted(url, question)
+
+    # ...and a neighbour's answer, alike only in its greeting and sign-off, is not counted as right.
+    neighbour = "How do I reset my online banking PIN?"
+    pin = "To change your PIN, open Settings, choose Cards and press Change PIN; a code arrives by text message."
+    upstream.state.answers[neighbour] = GREETING + pin + SIGN_OFF
+    state = judge_state(url, unrelated_pairs=0)
+    assert ask(client, neighbour)[1]["x-semcache"] == "miss"
+    assert judge_state(url, unrelated_pairs=state["unrelated_pairs"] + 1)["unrelated_pairs"] > state["unrelated_pairs"]
+    after = quality(url)
+    assert after["labels_total"] == labelled["labels_total"] or refuted(url, question) or refuted(url, near)
+
+    # An operator's reset forgets the calibration with the evidence.
+    forgotten = httpx.delete(f"{url}/admin/namespaces/default/quality").json()
+    assert forgotten["judge"] == {"judge": "embedding", "min_similarity": 0.85, "models": {}}
+
+
+def test_the_judge_calibrates_on_the_answers_to_plain_misses_before_it_judges_any(
+    serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    url = serve()
+    client = make_client(url)
+    for question, _, answer in NEAR_MISSES:  # unrelated questions: misses with nothing to judge
+        upstream.state.answers[question] = answer
+        assert ask(client, question)[1]["x-semcache"] == "miss"
+    state = judge_state(url, unrelated_pairs=20)
+    assert state["unrelated_pairs"] >= 20 and state["same_at"] == 0.85  # plain answers read apart
+    assert quality(url)["labels_total"] == 0
+
+    # A namespace that does not learn has no use for labels: its answers are not read.
+    pinned = serve(learn_threshold=False)
+    for question, _, _ in NEAR_MISSES[:3]:
+        ask(make_client(pinned), question)
+    assert httpx.get(f"{pinned}/admin/namespaces/default/quality").json()["judge"]["models"] == {}
+
+
+def refuted(url: str, prompt: str) -> bool:
+    """Whether the entry for ``prompt`` was judged wrong for a near miss: its own threshold rose."""
+    entries = httpx.get(f"{url}/admin/entries", params={"namespace": "default", "text": prompt[:20]}).json()
+    [entry] = [e for e in entries["data"] if e["prompt"] == prompt]
+    return bool(entry["min_similarity"])
 
 
 def test_exploration_answers_some_would_be_hits_from_the_upstream_and_says_so(

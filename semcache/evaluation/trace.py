@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..budget import ErrorBudgets
 from ..embedders import BatchingEmbedder
 from ..index import ScopedVectorIndex
@@ -153,6 +155,7 @@ class TraceReport:
     # the mean of the estimated wrong share in force as each was served, against the observed share.
     calibration: dict[str, float] = field(default_factory=dict)
     judge: dict[str, int] = field(default_factory=dict)  # the judge's verdicts against the clusters' truth
+    judge_cutoff: dict[str, Any] = field(default_factory=dict)  # how the judge decided at the end (its describe())
     curve: list[dict[str, float]] = field(default_factory=list)  # the learning curve, every 50 requests
     wrong_examples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -173,6 +176,15 @@ class _AuditedJudge:
         verdict = "abstained" if same is None else ("right" if same == truth else "wrong")
         self.verdicts[f"{verdict}_{'same' if truth else 'different'}"] += 1
         return same
+
+    def describe(self, namespace: str) -> dict[str, Any]:
+        return self._inner.describe(namespace)
+
+    def forget(self, namespace: str) -> None:
+        self._inner.forget(namespace)
+
+    async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
+        await self._inner.observe(namespace, embedding_model, question, answer)
 
 
 async def evaluate_trace(
@@ -221,6 +233,7 @@ async def evaluate_trace(
     report.policy = policy.as_dict()
     report.learned = learning is not None
     report.judge = dict(judge.verdicts) if judge is not None else {}
+    report.judge_cutoff = judge.describe("eval") if judge is not None else {}
     report.seconds = round(time.monotonic() - started, 2)
     return report
 

@@ -216,7 +216,7 @@ async def put_namespace_config(namespace: str, update: NamespaceConfigUpdate, re
 async def namespace_quality(namespace: str, request: Request) -> dict[str, Any]:
     pipeline = pipeline_of(request)
     validate_namespace(namespace)
-    return {"namespace": namespace, "scripts": pipeline.semantic.quality(namespace)}
+    return _quality(pipeline, namespace)
 
 
 @admin_router.delete(
@@ -227,8 +227,16 @@ async def reset_namespace_quality(namespace: str, request: Request) -> dict[str,
     pipeline, evidence = pipeline_of(request), request.app.state.semcache.evidence_store
     validate_namespace(namespace)
     pipeline.budgets.forget(namespace)
+    if pipeline.judge is not None:
+        pipeline.judge.forget(namespace)
     await evidence.clear_evidence(namespace)
-    return {"namespace": namespace, "scripts": pipeline.semantic.quality(namespace)}
+    return _quality(pipeline, namespace)
+
+
+def _quality(pipeline: Pipeline, namespace: str) -> dict[str, Any]:
+    """The namespace's error budget per script, and how the judge that labels its evidence decides."""
+    judge = pipeline.judge.describe(namespace) if pipeline.judge is not None else None
+    return {"namespace": namespace, "scripts": pipeline.semantic.quality(namespace), "judge": judge}
 
 
 @admin_router.get("/decisions", summary="Recent semantic lookups: query, best candidate, similarity, guards, decision")
