@@ -437,6 +437,13 @@ def eval_trace(
             "learn_threshold setting.",
         ),
     ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the replay's chances (the stand-in's wording, exploration): another seed is another run "
+            "of the same traffic; default: the one the docs' figures come from."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Replay a trace through the real lookup pipeline and count correct and wrong hits."""
@@ -444,7 +451,7 @@ def eval_trace(
 
     from .evaluation import evaluate_trace
     from .evaluation.report import plot_trace_sweep, trace_table
-    from .evaluation.trace import Learning
+    from .evaluation.trace import DEFAULT_SEED, Learning
 
     settings = _settings(_eval_overrides(threshold, guards, config))
     rows = _read(file, ("prompt", "cluster", "duplicate_of"))
@@ -464,6 +471,7 @@ def eval_trace(
                 rows, embedder, policy.updated({"threshold": value}), verifier=verifier,
                 learning=learning if number == 0 else None,  # the sweep is of fixed thresholds
                 advance=lambda n: progress.advance(task, n), feedback_rate=feedback_rate,
+                seed=DEFAULT_SEED if seed is None else seed,
             )  # fmt: skip
             reports.append(asyncio.run(replay))
     report = reports[0]

@@ -67,6 +67,18 @@ def test_eval_trace_replays_through_the_pipeline(tmp_path: Path) -> None:
     assert set(report["second_half"]) == {"wrong_hit_rate", "served_share"}
 
 
+@pytest.mark.shared_data
+def test_eval_trace_replays_again_the_same_for_one_seed_and_otherwise_for_another(tmp_path: Path) -> None:
+    trace = sample(tmp_path, "trace_faq_dev.jsonl", 200)
+    first, again = (run("eval", "trace", str(trace), "--seed", "7") for _ in range(2))
+    other = run("eval", "trace", str(trace), "--seed", "8")
+    assert first["seed"] == again["seed"] == 7 and other["seed"] == 8
+    first.pop("seconds"), again.pop("seconds"), other.pop("seconds")
+    assert first == again
+    # Another seed words the stand-in's answers otherwise: the judge reads them otherwise.
+    assert first["judge_cutoff"] != other["judge_cutoff"]
+
+
 def test_eval_reports_bad_files_without_a_traceback(tmp_path: Path) -> None:
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"q1": "a", "q2": "b"}\n')

@@ -35,6 +35,8 @@ from .embedding_cache import CachedEmbedder
 
 # The replay compares the budget's estimate with the wrong share of the hits served from here on.
 _SETTLED_FROM = 500
+# The replay's chances (the stand-in's wording, exploration, simulated feedback) come from this seed.
+DEFAULT_SEED = 20240601
 _CURVE_EVERY = 50
 
 # Pieces a simulated answer is worded from: each call picks its own, so no two answers to one
@@ -75,7 +77,7 @@ class ClusterUpstream:
     many words), then says most of its cluster's facts in its own order, between an opening and a
     closing of its own (so answers to one question differ)."""
 
-    def __init__(self, cluster_of: dict[str, str], seed: int = 20240601) -> None:
+    def __init__(self, cluster_of: dict[str, str], seed: int = DEFAULT_SEED) -> None:
         self._cluster_of = cluster_of
         self._topic: dict[str, str] = {}
         for prompt, cluster in cluster_of.items():
@@ -146,6 +148,7 @@ class TraceReport:
     extra_upstream_calls: int  # calls beyond the misses (exploration, verification), as a share of requests below
     extra_upstream_share: float
     seconds: float
+    seed: int = DEFAULT_SEED  # of the replay's chances
     reported_wrong: int = 0  # wrong hits that simulated users reported (--feedback-rate)
     learned: bool = False  # the error budget was on
     explored: int = 0  # would-be hits answered from the upstream to label them
@@ -197,15 +200,17 @@ async def evaluate_trace(
     advance: Callable[[int], None] | None = None,
     work_dir: Path | None = None,
     feedback_rate: float = 0.0,
+    seed: int = DEFAULT_SEED,
 ) -> TraceReport:
     """Replay ``rows``; with ``learning``, the namespace's line is learned from near misses,
     exploration and feedback, judged by the embedding judge. With ``feedback_rate``, that share of
-    wrong hits is reported as wrong, so feedback shows its effect too."""
+    wrong hits is reported as wrong, so feedback shows its effect too. ``seed`` draws the replay's
+    chances: another seed is another run of the same traffic."""
     started = time.monotonic()
     prompts = [str(r["prompt"]) for r in rows]
     cluster_of = {str(r["prompt"]): str(r["cluster"]) for r in rows}
     embedder.warm(prompts)
-    upstream = ClusterUpstream(cluster_of)
+    upstream = ClusterUpstream(cluster_of, seed)
     if learning is None:
         policy = policy.updated({"learn": False})
     with tempfile.TemporaryDirectory(dir=work_dir or _fast_temp_dir()) as folder:
@@ -213,10 +218,10 @@ async def evaluate_trace(
         await store.open()
         batcher = BatchingEmbedder(embedder)
         judge = None
-        budgets = ErrorBudgets(rng=random.Random(20240601))
+        budgets = ErrorBudgets(rng=random.Random(seed))
         if learning is not None:
             budgets = ErrorBudgets(min_labels=learning.min_labels, confidence=learning.confidence,
-                                   explore_share=learning.explore_share, rng=random.Random(20240601))  # fmt: skip
+                                   explore_share=learning.explore_share, rng=random.Random(seed))  # fmt: skip
             judge = _AuditedJudge(EmbeddingJudge(batcher.embed, learning.judge_min_similarity), upstream, cluster_of)
         pipeline = Pipeline(
             store=store, index=ScopedVectorIndex(embedder.dimension), embedder=batcher, upstream=upstream,
@@ -225,13 +230,14 @@ async def evaluate_trace(
             decisions=DecisionLog(10), budgets=budgets, judge=judge,
         )  # fmt: skip
         try:
-            report = await _replay(pipeline, rows, upstream, advance, feedback_rate)
+            report = await _replay(pipeline, rows, upstream, advance, feedback_rate, seed)
         finally:
             pipeline.semantic.close()
             await batcher.close()
             await store.close()
     report.policy = policy.as_dict()
     report.learned = learning is not None
+    report.seed = seed
     report.judge = dict(judge.verdicts) if judge is not None else {}
     report.judge_cutoff = judge.describe("eval") if judge is not None else {}
     report.seconds = round(time.monotonic() - started, 2)
@@ -244,6 +250,7 @@ async def _replay(
     upstream: ClusterUpstream,
     advance: Callable[[int], None] | None,
     feedback_rate: float,
+    seed: int,
 ) -> TraceReport:
     tiers = {"exact": 0, "template": 0, "semantic": 0}
     correct = wrong = misses = reported = explored = 0
@@ -252,7 +259,7 @@ async def _replay(
     settled_from = min(_SETTLED_FROM, half)
     settled = Counter[str]()  # semantic hits after settled_from, right and wrong
     estimated: list[float] = []  # the estimated wrong share in force at each of them
-    chance = random.Random(20240601)
+    chance = random.Random(seed)
     examples: list[dict[str, Any]] = []
     curve: list[dict[str, float]] = []
     possible_so_far = 0
