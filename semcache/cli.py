@@ -441,7 +441,7 @@ def eval_trace(
         int | None,
         typer.Option(
             help="Seed of the replay's chances (the stand-in's wording, exploration): another seed is another run "
-            "of the same traffic; default: the one the docs' figures come from."
+            "of the same traffic; default: 20240601, the one the docs' figures come from."
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
