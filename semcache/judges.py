@@ -177,9 +177,9 @@ class EmbeddingJudge:
         level = self._levels.get(key)
         self._learn(key, self._reference(key), question, fresh)
         cosine = float(fresh @ cached)
+        cutoff = self._cutoff(level)
         if level is None:  # not calibrated: "different" only, which holds hits back
-            return False if cosine <= self.min_similarity - self.margin else None
-        cutoff = max(self.min_similarity, level + self.margin)
+            return False if cosine <= cutoff - self.margin else None
         if cutoff > _HIGHEST_CUTOFF:
             return None
         if cosine >= cutoff:
@@ -207,7 +207,7 @@ class EmbeddingJudge:
             if key[0] != namespace:
                 continue
             level = self._levels.get(key)
-            cutoff = self.min_similarity if level is None else max(self.min_similarity, level + self.margin)
+            cutoff = self._cutoff(level)
             reference = self._references.get(key)
             models[key[1]] = {
                 "same_at": None if level is None else round(cutoff, 4), "different_at": round(cutoff - self.margin, 4),
@@ -222,6 +222,10 @@ class EmbeddingJudge:
             del self._references[key]
         for key in [key for key in self._levels if key[0] == namespace]:
             del self._levels[key]
+
+    def _cutoff(self, level: float | None) -> float:
+        """The cosine "the same" needs, given how alike unrelated answers read (None: not known)."""
+        return self.min_similarity if level is None else max(self.min_similarity, level + self.margin)
 
     def _learn(self, key: tuple[str, str], reference: _Reference, question: np.ndarray, answer: np.ndarray) -> None:
         now = reference.add(question, answer)
