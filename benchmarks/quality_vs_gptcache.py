@@ -165,24 +165,22 @@ def measure_semcache(inputs: Inputs, settings: Settings, embedder: CachedEmbedde
     from semcache.evaluation import evaluate_pairs, evaluate_trace
     from semcache.evaluation.trace import Learning
     from semcache.quality import default_policy
-    from semcache.verifiers import load_verifier
 
     started = time.monotonic()
     policy = default_policy(settings)
-    verifier = load_verifier(settings)
     results = CacheResults(
         config={
             "policy": policy.as_dict(),
             "embedding_model": settings.embedding_model,
-            "verifier": settings.verifier,
-            "setup": "semcache.settings.Settings() + quality.default_policy + verifiers.load_verifier; "
-            "evaluation.evaluate_pairs / evaluate_trace",
+            "verify": settings.verify,
+            "setup": "semcache.settings.Settings() + quality.default_policy; evaluation.evaluate_pairs / "
+            "evaluate_trace, verifying with evaluation.verifier.ErringVerifier (errs like a model)",
         }
     )
     for name, rows in inputs.pairs.items():
         texts = {t for r in rows for t in (str(r["q1"]), str(r["q2"]))}
         task = progress.add_task(f"semcache: pairs {name}", total=len(texts))
-        pairs = evaluate_pairs(rows, embedder, policy, verifier=verifier, advance=_advancer(progress, task))
+        pairs = evaluate_pairs(rows, embedder, policy, advance=_advancer(progress, task))
         progress.update(task, completed=len(texts))
         results.pairs[name] = pairs.at_policy
     for name, rows in inputs.trace.items():
@@ -195,9 +193,7 @@ def measure_semcache(inputs: Inputs, settings: Settings, embedder: CachedEmbedde
         if settings.learn_threshold:  # as the service runs: the line learned within target_error
             learning = Learning(settings.learn_min_labels, settings.learn_confidence, settings.explore_share,
                                 settings.judge_min_similarity)  # fmt: skip
-        replay = evaluate_trace(
-            rows, embedder, policy, verifier=verifier, learning=learning, advance=_advancer(progress, task)
-        )
+        replay = evaluate_trace(rows, embedder, policy, learning=learning, advance=_advancer(progress, task))
         report = asyncio.run(replay)
         results.trace[name] = TraceScores.of(report.correct_hits, report.wrong_hits, rows)
         results.wrong_examples[name] = report.wrong_examples[:20]
@@ -397,7 +393,7 @@ def _setup_lines(semcache: CacheResults | None, gptcache: CacheResults | None) -
         )
         lines.append(
             f"semcache: {semcache.config['embedding_model']}, {line}, "
-            f"guards {', '.join(policy['guards']) or 'none'}, verifier {semcache.config['verifier']}; "
+            f"guards {', '.join(policy['guards']) or 'none'}, verify {semcache.config['verify']}; "
             f"{semcache.seconds:.0f} s."
         )
     lines.append("Pairs: a cache holding only q1 is asked q2. Trace: replayed in arrival order from empty.")

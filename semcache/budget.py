@@ -59,9 +59,18 @@ _EXPLORE_BURST = 2.0
 LOWEST_LINE = 3.0
 MARGINAL_FACTOR = 3.0
 _RECOMPUTE_EVERY = 50
+# Where a verified namespace's line starts, in units of the prior's distance from 1, below 1.
+START_LINE = 0.22
 # Clients choose namespaces: past this many namespace-and-script budgets, new ones keep the prior
 # and are not counted, so that neither memory nor the store grows without bound.
 MAX_BUDGETS = 10_000
+
+
+def conservative_start(prior: float) -> float:
+    """Where a line that verification backs starts: ``START_LINE`` of the prior's distance from 1
+    below 1 (0.98 for MiniLM's 0.91). Under it, candidates are verified until evidence certifies
+    a lower line; the prior alone, unverified, serves too many look-alikes."""
+    return round(1.0 - START_LINE * (1.0 - prior), 4)
 
 
 def bin_of(similarity: float) -> int | None:
@@ -90,6 +99,12 @@ class BudgetRule:
     prior: float  # the configured threshold
     target_error: float
     learn: bool = True  # False: the line is the prior (a pinned threshold, or learning turned off)
+    # Where a learning line starts, before evidence vouches for a lower one (None: at the prior).
+    start: float | None = None
+
+    @property
+    def starting_line(self) -> float:
+        return self.prior if self.start is None else self.start
 
 
 @dataclass(frozen=True)
@@ -176,7 +191,7 @@ class ErrorBudgets:
             line = self._lines.get(key)
             if line is None:
                 evidence = self._evidence.get((namespace, language))
-                line = self._learned_line(evidence, rule) if evidence is not None else rule.prior
+                line = self._learned_line(evidence, rule) if evidence is not None else rule.starting_line
                 self._lines[key] = line
             return line
 
@@ -309,7 +324,7 @@ class ErrorBudgets:
 
     def _learned_line(self, evidence: _Evidence, rule: BudgetRule) -> float:
         if evidence.labels_total < self.min_labels:
-            return rule.prior
+            return rule.starting_line
         fit = _fit(evidence, rule)
         lowest_label = next(i for i in range(BINS) if evidence.correct[i] + evidence.wrong[i])
         # Never below the labels, nor further below the prior than its band: a namespace's own
@@ -324,11 +339,11 @@ class ErrorBudgets:
             marginal = fit.rates[index] <= MARGINAL_FACTOR * rule.target_error
             if marginal and _wilson(rate, labels, self._z)[1] <= rule.target_error:
                 certified = bin_floor(index)
-        if certified <= rule.prior:
+        if certified <= rule.starting_line:
             return certified  # as low as the evidence vouches for, with confidence
-        _, low, _ = self._wrong_share(evidence, fit, rule.prior)
+        _, low, _ = self._wrong_share(evidence, fit, rule.starting_line)
         if low <= rule.target_error:
-            return rule.prior  # nothing shows that the prior breaks the budget
+            return rule.starting_line  # nothing shows that the start breaks the budget
         return certified  # it does: up to a line the evidence vouches for, or none
 
     def _wrong_share(self, evidence: _Evidence, fit: _Fit, line: float) -> tuple[float, float, float]:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TextIO
 from urllib.parse import urlsplit, urlunsplit
@@ -381,6 +382,18 @@ def _watch_view(url: str, interval_s: float, data: dict[str, Any] | None, proble
 
 
 eval_app = typer.Typer(help="Measure hit quality on labelled data.", no_args_is_help=True)
+
+
+class VerifyChoice(StrEnum):
+    sync = "sync"
+    async_ = "async"
+    off = "off"
+
+
+_VERIFY_HELP = (
+    "Verify candidates under the line with a stand-in that knows the labels and errs like a model "
+    "(rejects 3% of right pairs, accepts 10% of look-alikes and 2% of other wrong ones); default: the verify setting."
+)
 app.add_typer(eval_app, name="eval")
 
 
@@ -393,6 +406,7 @@ def eval_pairs(
         float, typer.Option(help="Find the threshold with most recall at this precision.")
     ] = 0.95,
     config: Annotated[Path | None, typer.Option(help="YAML settings file.")] = None,
+    verify: Annotated[VerifyChoice | None, typer.Option(help=_VERIFY_HELP)] = None,
     plot: Annotated[
         Path | None, typer.Option(help="Write the histogram and precision/recall curve to this PNG.")
     ] = None,
@@ -402,12 +416,12 @@ def eval_pairs(
     from .evaluation import evaluate_pairs
     from .evaluation.report import pairs_table, plot_pairs
 
-    settings = _settings(_eval_overrides(threshold, guards, config))
+    settings = _settings(_eval_overrides(threshold, guards, config, verify))
     rows = _read(file, ("q1", "q2", "duplicate"))
-    embedder, verifier, policy = _eval_parts(settings)
+    embedder, policy = _eval_parts(settings)
     with _progress(as_json) as progress:
         task = progress.add_task("embedding", total=len({t for r in rows for t in (r["q1"], r["q2"])}))
-        report = evaluate_pairs(rows, embedder, policy, verifier=verifier, target_precision=target_precision,
+        report = evaluate_pairs(rows, embedder, policy, target_precision=target_precision,
                                 advance=lambda n: progress.advance(task, n))  # fmt: skip
     if plot:
         plot_pairs(report, plot)
@@ -423,6 +437,7 @@ def eval_trace(
     threshold: Annotated[float | None, typer.Option(help="Override the configured threshold.")] = None,
     guards: Annotated[str | None, typer.Option(help="Comma-separated guards, or 'none'.")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML settings file.")] = None,
+    verify: Annotated[VerifyChoice | None, typer.Option(help=_VERIFY_HELP)] = None,
     plot: Annotated[
         Path | None, typer.Option(help="Also replay at other thresholds and plot wrong hits against hits served.")
     ] = None,
@@ -453,9 +468,9 @@ def eval_trace(
     from .evaluation.report import plot_trace_sweep, trace_table
     from .evaluation.trace import DEFAULT_SEED, Learning
 
-    settings = _settings(_eval_overrides(threshold, guards, config))
+    settings = _settings(_eval_overrides(threshold, guards, config, verify))
     rows = _read(file, ("prompt", "cluster", "duplicate_of"))
-    embedder, verifier, policy = _eval_parts(settings)
+    embedder, policy = _eval_parts(settings)
     learning = None
     if settings.learn_threshold if learn is None else learn:
         learning = Learning(settings.learn_min_labels, settings.learn_confidence, settings.explore_share,
@@ -468,7 +483,7 @@ def eval_trace(
         task = progress.add_task("replaying", total=len(rows) * len(thresholds))
         for number, value in enumerate(thresholds):
             replay = evaluate_trace(
-                rows, embedder, policy.updated({"threshold": value}), verifier=verifier,
+                rows, embedder, policy.updated({"threshold": value}),
                 learning=learning if number == 0 else None,  # the sweep is of fixed thresholds
                 advance=lambda n: progress.advance(task, n), feedback_rate=feedback_rate,
                 seed=DEFAULT_SEED if seed is None else seed,
@@ -484,12 +499,14 @@ def eval_trace(
         console.print(trace_table(report))
 
 
-def _eval_overrides(threshold: float | None, guards: str | None, config: Path | None) -> dict[str, Any]:
-    values = {"threshold": threshold, "guards": guards, "config": config}
+def _eval_overrides(
+    threshold: float | None, guards: str | None, config: Path | None, verify: VerifyChoice | None
+) -> dict[str, Any]:
+    values = {"threshold": threshold, "guards": guards, "config": config, "verify": verify and verify.value}
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _eval_parts(settings: Settings) -> tuple[Any, Any, Any]:
+def _eval_parts(settings: Settings) -> tuple[Any, Any]:
     from .evaluation import load_evaluation_parts
 
     try:

@@ -160,6 +160,23 @@ class Metrics:
             "themselves).",
             registry=registry,
         )
+        self._verifications = Counter(
+            "semcache_verifications",
+            "Semantic candidates put to the upstream model, by namespace and verdict ('yes', 'no', 'failed').",
+            ["namespace", "verdict"],
+            registry=registry,
+        )
+        self._verification_seconds = Histogram(
+            "semcache_verification_seconds", "Time a verification took, the upstream's retries included.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=registry,
+        )  # fmt: skip
+        self._verification_tokens = Counter(
+            "semcache_verification_tokens", "Tokens verifications spent, by kind.", ["kind"], registry=registry
+        )
+        self._verification_cost = Counter(
+            "semcache_verification_cost_usd", "Estimated US dollars verifications cost (the price table).",
+            registry=registry,
+        )  # fmt: skip
         registry.register(_ScrapeTimeCollector(read))
 
     # -- Observer ----------------------------------------------------------------------------------
@@ -209,6 +226,21 @@ class Metrics:
         self._embedding_inputs["cache"].inc(from_cache)
         self._embedding_inputs["upstream"].inc(asked)
         self._embedding_tokens_saved.inc(tokens_saved)
+
+    def verified(
+        self,
+        namespace: str,
+        verdict: str,
+        seconds: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_usd: float | None,
+    ) -> None:
+        self._verifications.labels(self._namespace(namespace), verdict).inc()
+        self._verification_seconds.observe(seconds)
+        self._verification_tokens.labels("prompt").inc(prompt_tokens)
+        self._verification_tokens.labels("completion").inc(completion_tokens)
+        self._verification_cost.inc(cost_usd or 0.0)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format Prometheus scrapes, and its content type."""

@@ -57,6 +57,19 @@ class Observer(Protocol):
         asked of the upstream (each once), and the upstream tokens the cached ones avoided."""
         ...
 
+    def verified(
+        self,
+        namespace: str,
+        verdict: str,
+        seconds: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_usd: float | None,
+    ) -> None:
+        """One verification asked of the upstream: its verdict ('yes', 'no', 'failed'), how long it
+        took, its tokens and their price (None for a model with no price)."""
+        ...
+
 
 class NullObserver:
     """Hears everything and keeps nothing: the default where no one listens."""
@@ -86,6 +99,17 @@ class NullObserver:
         pass
 
     def embeddings(self, namespace: str, inputs: int, from_cache: int, asked: int, tokens_saved: int) -> None:
+        pass
+
+    def verified(
+        self,
+        namespace: str,
+        verdict: str,
+        seconds: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_usd: float | None,
+    ) -> None:
         pass
 
 
@@ -130,6 +154,18 @@ class FanOut:
     def embeddings(self, namespace: str, inputs: int, from_cache: int, asked: int, tokens_saved: int) -> None:
         for observer in self.observers:
             observer.embeddings(namespace, inputs, from_cache, asked, tokens_saved)
+
+    def verified(
+        self,
+        namespace: str,
+        verdict: str,
+        seconds: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_usd: float | None,
+    ) -> None:
+        for observer in self.observers:
+            observer.verified(namespace, verdict, seconds, prompt_tokens, completion_tokens, cost_usd)
 
 
 class timed:  # lower case: it reads as a function, `with timed(observer, "index_search"):`

@@ -12,7 +12,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -41,12 +41,13 @@ from .keys import (
 )
 from .limits import fit_context
 from .observer import NullObserver, Observer, timed
-from .protocols import AnswerStore, Upstream, Verifier
+from .protocols import AnswerStore, Upstream
 from .quality import Decision, DecisionLog, NamespacePolicies
 from .tiers import ExactTier, Hit, SemanticTier
 from .tiers.semantic import Probe
 from .tiers.template import LiveTemplates
 from .tokens import PriceTable, TokenCounter
+from .verification import Verification
 from .wire import ChatCompletionRequest
 
 log = logging.getLogger("semcache.pipeline")
@@ -103,6 +104,8 @@ class Lookup:
     route: str = "chat"  # or "completions", "responses", "cache_api": how /stats counts it
     # The client's API: where a miss goes upstream, and how answers are read and written back.
     dialect: Dialect = CHAT
+    # The client's headers: the upstream backend picks the credentials it passes on.
+    upstream_headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def explored(self) -> bool:
@@ -136,7 +139,8 @@ class Pipeline:
     policies: NamespacePolicies
     default_ttl_s: float
     max_temperature: float
-    verifier: Verifier | None = None
+    # Puts candidates under the certified line to a model (None: never verify).
+    verification: Verification | None = None
     # "standalone": a prompt that reads on its own and is far from its conversation may hit entries
     # from other conversations; "strict": earlier turns are always part of the scope.
     multi_turn: Literal["standalone", "strict"] = "standalone"
@@ -166,7 +170,7 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.exact = ExactTier(self.store, self.observer)
         self.semantic = SemanticTier(
-            self.index, self.store, self.policies, self.verifier, self.decisions.add, budgets=self.budgets,
+            self.index, self.store, self.policies, self.verification, self.decisions.add, budgets=self.budgets,
             wrong_answers=self.wrong_answers, observer=self.observer,
             reads_whole=lambda key, text: self.embedder.router.reads_whole(self.embedding_model(key), text),
         )  # fmt: skip
@@ -175,10 +179,17 @@ class Pipeline:
     # -- lookup ------------------------------------------------------------------------------
 
     async def lookup(
-        self, request: ChatCompletionRequest, namespace: str, controls: RequestControls, dialect: Dialect = CHAT
+        self,
+        request: ChatCompletionRequest,
+        namespace: str,
+        controls: RequestControls,
+        dialect: Dialect = CHAT,
+        upstream_headers: Mapping[str, str] | None = None,
     ) -> Lookup:
         """The request's keys and the tiers' answer. A request of another API (``dialect``) comes as
-        its chat-shaped view: its prompt the last user message, its answer-shaping fields in the view."""
+        its chat-shaped view: its prompt the last user message, its answer-shaping fields in the view.
+        ``upstream_headers``: the client's, for the calls made on its behalf (a miss, a verification)."""
+        headers = upstream_headers or {}
         # Only chat's own request can be trimmed: another API's goes upstream as the client sent it.
         trim = self.trim_oldest_turns and dialect.api == "chat"
         request = fit_context(request, self.tokens, self.context_limits.get(request.model), trim)
@@ -190,10 +201,10 @@ class Pipeline:
         if reason is not None:
             self.decisions.add(Decision(namespace, message_text(request.messages[-1]) or "", f"bypass: {reason}"))
             return Lookup(request, namespace, controls, key=None, bypass_reason=reason, route=dialect.api,
-                          dialect=dialect)  # fmt: skip
+                          dialect=dialect, upstream_headers=headers)  # fmt: skip
         key, conversation_key, vector = await self._key(request, namespace, user, controls.account, dialect)
         lookup = Lookup(request, namespace, controls, key=key, conversation_key=conversation_key, vector=vector,
-                        route=dialect.api, dialect=dialect)  # fmt: skip
+                        route=dialect.api, dialect=dialect, upstream_headers=headers)  # fmt: skip
         if controls.read_cache:
             lookup = await self._find_and_note(lookup)
         log.debug("lookup: %s", "hit" if lookup.hit else "no hit", extra={"namespace": namespace, "tier": lookup.tier})
@@ -206,7 +217,8 @@ class Pipeline:
             lookup.hit = await self._find(lookup)
         except StoreUnavailable:
             return Lookup(lookup.request, lookup.namespace, lookup.controls, key=None,
-                          bypass_reason="store_unavailable", route=lookup.route, dialect=lookup.dialect)  # fmt: skip
+                          bypass_reason="store_unavailable", route=lookup.route, dialect=lookup.dialect,
+                          upstream_headers=lookup.upstream_headers)  # fmt: skip
         if lookup.hit is not None and lookup.hit.entry_id is not None:
             self.accesses.note(lookup.hit.entry_id, self.clock())
         return lookup
@@ -269,7 +281,8 @@ class Pipeline:
         template = self._template_match(lookup.key, lookup.vector)
         if template is not None:
             return template
-        result = await self.semantic.lookup(lookup.key, lookup.vector, now, candidates, explore=lookup.explore)
+        result = await self.semantic.lookup(lookup.key, lookup.vector, now, candidates, explore=lookup.explore,
+                                            headers=lookup.upstream_headers)  # fmt: skip
         lookup.probe = result.probe
         return result.hit
 
@@ -288,10 +301,19 @@ class Pipeline:
 
     # -- the cache API: applications that call their model themselves -------------------------
 
-    async def lookup_prompt(self, prompt: str, namespace: str, scope: dict[str, Any], user: str | None) -> Lookup:
-        """``/v1/semcache/lookup``: the prompt through the same tiers, guards and decision line as a
-        chat request, keyed by the application's ``scope``; a hit gets an id that feedback takes."""
+    async def lookup_prompt(
+        self,
+        prompt: str,
+        namespace: str,
+        scope: dict[str, Any],
+        user: str | None,
+        upstream_headers: Mapping[str, str] | None = None,
+    ) -> Lookup:
+        """``/v1/semcache/lookup``: the prompt through the same tiers, guards, decision line and
+        verification as a chat request, keyed by the application's ``scope``; a hit gets an id that
+        feedback takes. ``upstream_headers``: the client's, for a verification."""
         lookup = self._cache_api_lookup(prompt, namespace, scope, user, RequestControls())
+        lookup.upstream_headers = upstream_headers or {}
         reason = await self._bypass_reason(lookup.request)
         if reason is not None:  # as for chat: nothing is served to a prompt that dictates its answer
             self.decisions.add(Decision(namespace, prompt, f"bypass: {reason}"))

@@ -22,11 +22,6 @@ class Embedder(Protocol):
         ...
 
 
-# A second-stage check of (query, cached prompts): one score in 0-1 per cached prompt, higher meaning
-# "one answer fits both". Blocking; called in a worker thread.
-Verifier = Callable[[str, Sequence[str]], list[float]]
-
-
 class EntryReader(Protocol):
     """What the tiers read: an entry by id or by exact key."""
 

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from . import guards as guard_checks
 from .language import SCRIPTS
+from .verification import VERIFY_MODES, VerifyMode
 
 if TYPE_CHECKING:
     from .settings import Settings
 
 
 _MAX_HIT_MIN_LATENCY_MS = 60_000.0
+# Fields a stored namespace config may still hold from before verification: dropped when read.
+RETIRED_POLICY_FIELDS = frozenset({"verify_below", "verifier_min_score"})
 MAX_TARGET_ERROR = 0.5
 
 
@@ -32,9 +35,9 @@ class QualityPolicy:
 
     threshold: float
     guards: tuple[str, ...] = ()
-    # Candidates below ``verify_below`` must also pass the verifier (when one is configured).
-    verify_below: float = 0.0
-    verifier_min_score: float = 0.5
+    # Candidates under the certified line and above the band's lower edge are put to a model
+    # (semcache.verification): before answering, in the background, or never.
+    verify: VerifyMode = "sync"
     thresholds: dict[str, float] = field(default_factory=dict)
     # Tenant safety (docs/security.md, "Timing side channel" and "Cache poisoning"): entries serve only the
     # user who stored them; hits wait until this long after their request arrived.
@@ -54,9 +57,10 @@ class QualityPolicy:
         if "thresholds" in changes:
             changes = {**changes, "thresholds": {**self.thresholds, **validate_thresholds(changes["thresholds"])}}
         policy = replace(self, **changes)
-        for name in ("threshold", "verify_below", "verifier_min_score"):
-            if not 0.0 <= getattr(policy, name) <= 1.0:
-                raise ValueError(f"{name} must be between 0 and 1")
+        if not 0.0 <= policy.threshold <= 1.0:
+            raise ValueError("threshold must be between 0 and 1")
+        if policy.verify not in VERIFY_MODES:
+            raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}")
         if not 0.0 < policy.target_error <= MAX_TARGET_ERROR:
             raise ValueError(f"target_error must be above 0 and at most {MAX_TARGET_ERROR}")
         if not 0.0 <= policy.hit_min_latency_ms <= _MAX_HIT_MIN_LATENCY_MS:
@@ -88,7 +92,7 @@ class NamespacePolicies:
         self._overrides: dict[str, dict[str, Any]] = {}
         self._policies: dict[str, QualityPolicy] = {}
         for namespace, changes in (overrides or {}).items():
-            self.set(namespace, changes)
+            self.set(namespace, {k: v for k, v in changes.items() if k not in RETIRED_POLICY_FIELDS})
 
     def for_namespace(self, namespace: str) -> QualityPolicy:
         return self._policies.get(namespace, self.default)
@@ -125,7 +129,8 @@ class Decision:
     candidate: str | None = None
     similarity: float | None = None
     guards: list[dict[str, Any]] = field(default_factory=list)
-    verifier_score: float | None = None
+    # "yes", "no" or "failed" from the verifier; "pending" while an async one runs; None: not asked.
+    verification: str | None = None
     entry_id: int | None = None
     at: float = field(default_factory=time.time)
     language: str = "latin"  # the query's script, which picked its model and threshold
@@ -155,8 +160,7 @@ def default_policy(settings: Settings) -> QualityPolicy:
     return QualityPolicy(
         threshold=settings.threshold,
         guards=tuple(settings.guards),
-        verify_below=settings.verify_below,
-        verifier_min_score=settings.verifier_min_score,
+        verify=settings.verify,
         thresholds=dict(settings.language_thresholds),
         scope_per_user=settings.scope_per_user,
         hit_min_latency_ms=settings.hit_min_latency_ms,

@@ -29,6 +29,12 @@ ENV_PREFIX = "SEMCACHE_"
 # Settings renamed to say their unit: the old name still works in a file and as a keyword, with a
 # warning. Their environment variables keep their old names (and take the new ones too).
 RENAMED_SETTINGS = {"ttl": "ttl_s"}
+# Settings that are gone: a file or keyword that still names one starts, with a warning.
+RETIRED_SETTINGS = {
+    "verifier": "verification asks the upstream model now (verify, verify_model)",
+    "verify_below": "the verification band is learned per namespace now",
+    "verifier_min_score": "a verification is a yes or a no now",
+}
 OLD_ENV_NAMES = {"ttl_s": "SEMCACHE_TTL"}
 # SEMCACHE_* variables that the test suite and the benchmarks read, not the service.
 TOOL_VARIABLES = frozenset(
@@ -230,13 +236,24 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_GUARDS),
         description="Guards that veto semantic candidates: " + ", ".join(GUARD_NAMES) + " (comma-separated).",
     )
-    verifier: str = Field(
-        "none", description="Second-stage check for candidates below verify_below: 'none' or a model name/folder."
+    verify: Literal["sync", "async", "off"] = Field(
+        "sync",
+        description="Put a semantic candidate under the certified line, above the verification band's lower edge, "
+        "to the upstream model before serving it: 'sync' (before answering), 'async' (answer a miss, verify in "
+        "the background for next time) or 'off'; per namespace too.",
     )
-    verify_below: float = Field(
-        0.0, ge=0.0, le=1.0, description="Candidates under this cosine also need the verifier's approval."
+    verify_model: str | None = Field(
+        None, description="The model verifications ask; default: the request's own. Point it at a small model."
     )
-    verifier_min_score: float = Field(0.5, ge=0.0, le=1.0, description="Lowest verifier score that approves a hit.")
+    verify_timeout_s: float = Field(
+        5.0, gt=0, le=120, description="Longest a verification may take, retries included; past it, a miss."
+    )
+    verify_max_tokens: int = Field(
+        16,
+        ge=1,
+        le=4096,
+        description="Most tokens a verification may spend (max_completion_tokens), hidden reasoning tokens included.",
+    )
     cache_tool_calls: bool = Field(
         False, description="Store answers that call tools; they are served on exact matches only."
     )
@@ -274,7 +291,7 @@ class Settings(BaseSettings):
         50, ge=1, description="Labels a namespace needs before its line moves from the prior and it explores."
     )
     learn_confidence: float = Field(
-        0.7, gt=0.5, lt=1.0, description="Confidence that the learned line's wrong share is within target_error."
+        0.9, gt=0.5, lt=1.0, description="Confidence that the learned line's wrong share is within target_error."
     )
     explore_share: float = Field(
         0.05,
@@ -455,7 +472,8 @@ def _reject_unknown(names: Mapping[str, int | None], where: str) -> None:
     """Raises SettingsError for the first name that is not a setting, naming the closest one.
     ``names`` maps each name as written to its line in the file ``where``, if known."""
     for name, line in names.items():
-        if _setting_name(name) in Settings.model_fields or _setting_name(name) in RENAMED_SETTINGS:
+        setting = _setting_name(name)
+        if setting in Settings.model_fields or setting in RENAMED_SETTINGS or setting in RETIRED_SETTINGS:
             continue
         prefix = f"{where}, line {line}: " if line else f"{where}: " if where else ""
         closest = _closest_setting(name)
@@ -472,11 +490,15 @@ def _current_names(values: dict[str, Any], kind: str, where: str = "") -> dict[s
     """``values`` with renamed settings under their new names, each old one warned about; the new
     name wins when both are given."""
     renamed = dict(values)
+    place = f"{where}: " if where else ""
+    for retired, why in RETIRED_SETTINGS.items():
+        if retired in renamed:
+            del renamed[retired]
+            log.warning("%sthe %s '%s' is no longer used and is ignored: %s", place, kind, retired, why)
     for old, new in RENAMED_SETTINGS.items():
         if old in renamed:
             value = renamed.pop(old)
             renamed.setdefault(new, value)
-            place = f"{where}: " if where else ""
             log.warning("%sthe %s '%s' is now '%s'; the old name still works, for now", place, kind, old, new)
     return renamed
 

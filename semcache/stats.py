@@ -104,6 +104,23 @@ class Stats:
                               "embeddings:from_cache": from_cache, "embeddings:asked_upstream": asked,
                               "embeddings:tokens_saved": tokens_saved})  # fmt: skip
 
+    def verified(
+        self,
+        namespace: str,
+        verdict: str,
+        seconds: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_usd: float | None,
+    ) -> None:
+        amounts = {f"verify:{verdict}": 1, f"ns:{namespace}:verify_{verdict}": 1,
+                   "verify:milliseconds": round(seconds * 1000), "verify:prompt_tokens": prompt_tokens,
+                   "verify:completion_tokens": completion_tokens}  # fmt: skip
+        with self._lock:
+            if cost_usd is not None:
+                amounts["verify:cost_microusd"] = self._whole_microdollars("verify:cost_microusd", cost_usd)
+            self._add_locked(amounts)
+
     def stage(self, stage: str, seconds: float) -> None:
         pass  # steps are Prometheus histograms only
 
@@ -154,6 +171,7 @@ class Stats:
             "savings": _savings(counts),
             "embedding": embedding,
             "embeddings": _embeddings(counts),
+            "verification": _verification(counts),
             "latency": self.latencies.snapshot(),
         }
 
@@ -179,6 +197,26 @@ def _savings(counts: Counter[str]) -> dict[str, Any]:
         "total_tokens": prompt + completion,
         "cost_usd": round(counts["saved_cost_microusd"] / _MICRO, 6),
         "unpriced_requests": counts["saved_unpriced"],  # their model has no price: cost_usd leaves them out
+    }
+
+
+def _verification(counts: Counter[str]) -> dict[str, Any]:
+    """Verifications asked of the upstream, their verdicts, cost, and what hits saved net of it."""
+    verdicts = {verdict: counts[f"verify:{verdict}"] for verdict in ("yes", "no", "failed")}
+    asked = sum(verdicts.values())
+    cost = counts["verify:cost_microusd"] / _MICRO
+    return {
+        "asked": asked,
+        **verdicts,
+        "mean_ms": round(counts["verify:milliseconds"] / asked, 1) if asked else 0.0,
+        "prompt_tokens": counts["verify:prompt_tokens"],
+        "completion_tokens": counts["verify:completion_tokens"],
+        "cost_usd": round(cost, 6),
+        "net_cost_saved_usd": round(counts["saved_cost_microusd"] / _MICRO - cost, 6),
+        "net_tokens_saved": counts["saved_prompt_tokens"]
+        + counts["saved_completion_tokens"]
+        - counts["verify:prompt_tokens"]
+        - counts["verify:completion_tokens"],
     }
 
 

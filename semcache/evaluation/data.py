@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+# The replays' chances (the stand-ins' wording and verdicts, exploration) come from this seed.
+DEFAULT_SEED = 20240601
+
 
 def read_jsonl(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:
     rows = []

@@ -9,10 +9,13 @@ from typing import Any
 import numpy as np
 
 from .. import guards
+from ..budget import START_LINE
 from ..language import detect_script
-from ..protocols import Verifier
 from ..quality import QualityPolicy
+from ..verification import VERIFY_BAND
+from .data import DEFAULT_SEED
 from .embedding_cache import CachedEmbedder
+from .verifier import ErringVerifier
 
 CURVE_THRESHOLDS = tuple(round(0.70 + 0.01 * i, 2) for i in range(30))
 # For a script with its own threshold of at least 0.95: its model crowds its cosines near 1.
@@ -57,12 +60,14 @@ class PairsReport:
     at_policy: Scores  # each pair at its script's threshold
     by_source: dict[str, Scores]
     by_language: dict[str, LanguageReport]  # by the script of q2, the question asked
-    # One threshold for every pair, with guards and verifier as configured; to tune one script's
+    # One threshold for every pair, with guards and verification as configured; to tune one script's
     # threshold in a file that mixes scripts, read its curve in ``by_language``.
     curve: list[dict[str, float]]
     target_precision: float
     best_threshold: float | None  # most recall at the target precision, or None if never reached
     best: Scores | None
+    # At the policy: pairs verified, approved, and the stand-in's errors among them.
+    verification: dict[str, int] = field(default_factory=dict)
     similarities: list[float] = field(repr=False, default_factory=list)
     labels: list[bool] = field(repr=False, default_factory=list)
     languages: list[str] = field(repr=False, default_factory=list)
@@ -79,14 +84,18 @@ def evaluate_pairs(
     embedder: CachedEmbedder,
     policy: QualityPolicy,
     *,
-    verifier: Verifier | None = None,
     target_precision: float = 0.95,
     advance: Callable[[int], None] | None = None,
+    seed: int = DEFAULT_SEED,
 ) -> PairsReport:
-    """Score each pair as the semantic tier would: cosine, then guards, then the verifier.
+    """Score each pair as the semantic tier of a new namespace would: cosine, then guards, then,
+    under its certified line (where a line that learns starts, above the threshold) and above its
+    verification band's lower edge, a stand-in verifier that knows the labels and errs like a model
+    (``evaluation.verifier``).
 
     The cache holds q1 and is asked q2. Each pair is judged at the threshold of q2's script; a pair
-    whose two sides are in different scripts never meets in the service (their scopes differ).
+    whose two sides are in different scripts never meets in the service (their scopes differ). With
+    ``verify: async`` nothing is verified: a pair asked once is answered before its verdict comes.
     """
     first, second = [str(r["q1"]) for r in rows], [str(r["q2"]) for r in rows]
     embedder.warm(first + second, advance=advance)
@@ -97,11 +106,29 @@ def evaluate_pairs(
     vetoed = np.array(
         [not all(g.passed for g in guards.check(a, b, policy.guards)) for a, b in zip(first, second, strict=True)]
     )
-    rejected_by_verifier = _verifier_rejections(verifier, policy, first, second, similarities, vetoed)
+    # Each pair's verdict, drawn once; a threshold decides which of them are asked.
+    truth = {(b, a): bool(label) for a, b, label in zip(first, second, labels, strict=True)}
+    verifier = ErringVerifier(lambda query, cached: truth[(query, cached)], seed)
+    approved = np.array([
+        policy.verify == "sync" and not vetoed[row]
+        and verifier.decide(second[row], first[row], float(similarities[row]))
+        for row in range(len(rows))
+    ], dtype=bool)  # fmt: skip
 
-    def accepted_at(threshold: float) -> np.ndarray:
-        verified = ~rejected_by_verifier | (similarities >= policy.verify_below)
-        return (similarities >= threshold) & ~vetoed & verified
+    # A new namespace's line: with verification and learning, it starts above the threshold.
+    starts_high = policy.verify != "off" and policy.learn
+
+    def line_at(threshold: float | np.ndarray) -> np.ndarray:
+        threshold = np.asarray(threshold)
+        return 1.0 - START_LINE * (1.0 - threshold) if starts_high else threshold
+
+    def verified_band(threshold: float | np.ndarray) -> np.ndarray:
+        """Pairs a new namespace with this threshold would verify."""
+        edge = np.maximum(0.0, threshold - VERIFY_BAND * (1.0 - np.asarray(threshold)))
+        return (similarities >= edge) & (similarities < line_at(threshold)) & ~vetoed & (policy.verify == "sync")
+
+    def accepted_at(threshold: float | np.ndarray) -> np.ndarray:
+        return ((similarities >= line_at(threshold)) | (approved & verified_band(threshold))) & ~vetoed
 
     def best_of(rows: np.ndarray, thresholds: tuple[float, ...]) -> tuple[list[dict[str, float]], float | None]:
         curve = []
@@ -116,7 +143,11 @@ def evaluate_pairs(
     sources = sorted({str(r.get("source", "all")) for r in rows})
     source_of = np.array([str(r.get("source", "all")) for r in rows])
     thresholds = np.array([policy.threshold_for(language) for language in languages])
-    at_policy = accepted_at(0.0) & (similarities >= thresholds)
+    at_policy = accepted_at(thresholds)
+    asked = verified_band(thresholds)
+    verification = {"asked": int(asked.sum()), "approved": int((asked & approved).sum()),
+                    "approved_wrong": int((asked & approved & ~labels).sum()),
+                    "rejected_right": int((asked & ~approved & labels).sum())}  # fmt: skip
     by_language = {}
     for language in sorted({str(name) for name in languages}):
         mine = languages == language
@@ -140,23 +171,8 @@ def evaluate_pairs(
         target_precision=target_precision,
         best_threshold=best_threshold,
         best=None if best_threshold is None else Scores.of(accepted_at(best_threshold), labels),
+        verification=verification,
         similarities=[float(s) for s in similarities],
         labels=[bool(x) for x in labels],
         languages=[str(x) for x in languages],
     )
-
-
-def _verifier_rejections(
-    verifier: Verifier | None,
-    policy: QualityPolicy,
-    first: list[str],
-    second: list[str],
-    similarities: np.ndarray,
-    vetoed: np.ndarray,
-) -> np.ndarray:
-    rejected = np.zeros(len(first), dtype=bool)
-    if verifier is None:
-        return rejected
-    for row in np.flatnonzero((similarities < policy.verify_below) & ~vetoed & (similarities >= CURVE_THRESHOLDS[0])):
-        rejected[row] = verifier(first[row], [second[row]])[0] < policy.verifier_min_score
-    return rejected

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from ..embedders import load_configured_embedder, load_routed
-from ..protocols import Verifier
 from ..quality import QualityPolicy, default_policy
 from ..settings import Settings
-from ..verifiers import load_verifier
 from .embedding_cache import CachedEmbedder
 
 
-def load_evaluation_parts(settings: Settings) -> tuple[CachedEmbedder, Verifier | None, QualityPolicy]:
-    """The embedder (each script's model, on the configured backend, from the same exports), the
-    verifier and the default quality policy, as the service loads them. Raises OSError or
-    ValueError when a model or the verifier cannot be loaded."""
+def load_evaluation_parts(settings: Settings) -> tuple[CachedEmbedder, QualityPolicy]:
+    """The embedder (each script's model, on the configured backend, from the same exports) and the
+    default quality policy, as the service loads them. Raises OSError or ValueError when a model
+    cannot be loaded. Replays verify with a stand-in (``evaluation.verifier``), not the upstream."""
     routed = load_routed(
         settings.embedding_model,
         settings.multilingual_embedding_model,
@@ -21,4 +19,4 @@ def load_evaluation_parts(settings: Settings) -> tuple[CachedEmbedder, Verifier 
         lambda name: load_configured_embedder(name, settings),
         settings.embed_threads,
     )
-    return CachedEmbedder(routed), load_verifier(settings), default_policy(settings)
+    return CachedEmbedder(routed), default_policy(settings)

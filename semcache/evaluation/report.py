@@ -29,6 +29,10 @@ def pairs_table(report: PairsReport) -> Table:
     for name, scores in rows:
         table.add_row(name, f"{scores.precision:.3f}", f"{scores.recall:.3f}", f"{scores.f1:.3f}",
                       str(scores.accepted), str(scores.positives))  # fmt: skip
+    asked = report.verification.get("asked", 0)
+    if asked:
+        table.add_row(f"verified (verify {report.policy['verify']})", "", "", "",
+                      f"{report.verification['approved']} of {asked}", "")  # fmt: skip
     if mixed:
         table.caption = "; ".join(
             f"{name}: {_best_caption(report.target_precision, part.best_threshold, part.best)}"
@@ -76,6 +80,17 @@ def trace_table(report: TraceReport) -> Table:
         ("extra upstream calls", f"{report.extra_upstream_calls} ({report.extra_upstream_share:.1%} of requests)"),
         ("wrong hits reported by simulated users", report.reported_wrong),
     ]  # fmt: skip
+    verification = report.verification
+    if verification and verification["mode"] != "off":
+        verdicts = verification["verdicts"]
+        rows += [
+            (f"verifications ({verification['mode']})",
+             f"{verification['asked']} ({verification['share_of_requests']:.1%} of requests), band from "
+             f"{verification['band']['lower_edge']}"),
+            ("verifier: yes / no on right pairs; yes / no on wrong pairs",
+             f"{verdicts.get('yes_right', 0)} / {verdicts.get('no_right', 0)}; "
+             f"{verdicts.get('yes_wrong', 0)} / {verdicts.get('no_wrong', 0)}"),
+        ]  # fmt: skip
     if report.learned:
         budget, calibration = report.budget, report.calibration
         low, high = budget["interval"]
@@ -115,7 +130,7 @@ def plot_pairs(report: PairsReport, path: Path) -> None:
     curve.axhline(report.target_precision, color="grey", linestyle=":", label=f"target {report.target_precision}")
     if report.best_threshold is not None:
         curve.axvline(report.best_threshold, color="black", linestyle="--", label=f"best {report.best_threshold}")
-    curve.set_xlabel("threshold (with guards and verifier as configured)")
+    curve.set_xlabel("threshold (with guards and verification as configured)")
     curve.set_title("precision and recall against threshold")
     curve.legend()
     figure.tight_layout()

@@ -24,19 +24,20 @@ from ..embedders import BatchingEmbedder
 from ..index import ScopedVectorIndex
 from ..judges import EmbeddingJudge, JudgeCase
 from ..pipeline import Pipeline, RequestControls
-from ..protocols import Relayed, RelayRequest, UpstreamApi, Verifier
+from ..protocols import Relayed, RelayRequest, UpstreamApi
 from ..quality import DecisionLog, NamespacePolicies, QualityPolicy
 from ..stores import SQLiteStore
 from ..tiers import TemplateTier
 from ..tiers.template import LiveTemplates
 from ..tokens import TokenCounter
+from ..verification import Verification
 from ..wire import ChatCompletionRequest, chat_completion, completion_id
+from .data import DEFAULT_SEED
 from .embedding_cache import CachedEmbedder
+from .verifier import ErringVerifier
 
 # The replay compares the budget's estimate with the wrong share of the hits served from here on.
 _SETTLED_FROM = 500
-# The replay's chances (the stand-in's wording, exploration, simulated feedback) come from this seed.
-DEFAULT_SEED = 20240601
 _CURVE_EVERY = 50
 
 # Pieces a simulated answer is worded from: each call picks its own, so no two answers to one
@@ -145,7 +146,7 @@ class TraceReport:
     served_share: float  # correct hits / possible hits
     misses: int
     upstream_calls: int
-    extra_upstream_calls: int  # calls beyond the misses (exploration, verification), as a share of requests below
+    extra_upstream_calls: int  # full answers beyond the misses (exploration; verifications are counted apart)
     extra_upstream_share: float
     seconds: float
     seed: int = DEFAULT_SEED  # of the replay's chances
@@ -159,6 +160,9 @@ class TraceReport:
     calibration: dict[str, float] = field(default_factory=dict)
     judge: dict[str, int] = field(default_factory=dict)  # the judge's verdicts against the clusters' truth
     judge_cutoff: dict[str, Any] = field(default_factory=dict)  # how the judge decided at the end (its describe())
+    # Verifications asked (of the stand-in verifier), its verdicts against the clusters' truth, the
+    # tokens they would have cost, and the band's edge at the end.
+    verification: dict[str, Any] = field(default_factory=dict)
     curve: list[dict[str, float]] = field(default_factory=list)  # the learning curve, every 50 requests
     wrong_examples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -196,7 +200,6 @@ async def evaluate_trace(
     policy: QualityPolicy,
     *,
     learning: Learning | None = None,
-    verifier: Verifier | None = None,
     advance: Callable[[int], None] | None = None,
     work_dir: Path | None = None,
     feedback_rate: float = 0.0,
@@ -205,7 +208,8 @@ async def evaluate_trace(
     """Replay ``rows``; with ``learning``, the namespace's line is learned from near misses,
     exploration and feedback, judged by the embedding judge. With ``feedback_rate``, that share of
     wrong hits is reported as wrong, so feedback shows its effect too. ``seed`` draws the replay's
-    chances: another seed is another run of the same traffic."""
+    chances: another seed is another run of the same traffic. Candidates under the line are
+    verified as ``policy.verify`` says, by a stand-in that knows the clusters and errs like a model."""
     started = time.monotonic()
     prompts = [str(r["prompt"]) for r in rows]
     cluster_of = {str(r["prompt"]): str(r["cluster"]) for r in rows}
@@ -223,10 +227,12 @@ async def evaluate_trace(
             budgets = ErrorBudgets(min_labels=learning.min_labels, confidence=learning.confidence,
                                    explore_share=learning.explore_share, rng=random.Random(seed))  # fmt: skip
             judge = _AuditedJudge(EmbeddingJudge(batcher.embed, learning.judge_min_similarity), upstream, cluster_of)
+        verifier = ErringVerifier(lambda query, cached: cluster_of.get(query) == cluster_of.get(cached), seed)
+        verification = Verification(verifier)
         pipeline = Pipeline(
             store=store, index=ScopedVectorIndex(embedder.dimension), embedder=batcher, upstream=upstream,
             templates=LiveTemplates(TemplateTier([], 1.0)), tokens=TokenCounter(Path(folder) / "tiktoken"),
-            policies=NamespacePolicies(policy), default_ttl_s=0, max_temperature=1.0, verifier=verifier,
+            policies=NamespacePolicies(policy), default_ttl_s=0, max_temperature=1.0, verification=verification,
             decisions=DecisionLog(10), budgets=budgets, judge=judge,
         )  # fmt: skip
         try:
@@ -240,6 +246,11 @@ async def evaluate_trace(
     report.seed = seed
     report.judge = dict(judge.verdicts) if judge is not None else {}
     report.judge_cutoff = judge.describe("eval") if judge is not None else {}
+    prior = policy.threshold_for("latin")
+    report.verification = {"mode": policy.verify, "asked": verifier.calls, "verdicts": dict(verifier.verdicts),
+                           "share_of_requests": round(verifier.calls / len(rows), 4) if rows else 0.0,
+                           "prompt_tokens": verifier.prompt_tokens,
+                           "band": verification.describe("eval", "latin", prior)}  # fmt: skip
     report.seconds = round(time.monotonic() - started, 2)
     return report
 
@@ -276,6 +287,8 @@ async def _replay(
                 misses += 1
             await pipeline.forward(lookup, {})
             await pipeline.labels_settled()  # as a live service would have, by the next similar request
+            if pipeline.verification is not None:
+                await pipeline.verification.settled()
         else:
             tiers[lookup.hit.tier] += 1
             right = upstream.cluster_of_answer.get(lookup.hit.answer) == str(row["cluster"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -151,8 +151,9 @@ class NamespaceConfigUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     threshold: float | None = Field(None, ge=0, le=1, description="Minimum cosine (0-1) for a semantic hit.")
     guards: list[str] | None = Field(None, max_length=64, description="Guards to run, e.g. ['numbers', 'negation'].")
-    verify_below: float | None = Field(None, ge=0, le=1, description="Verify candidates under this cosine.")
-    verifier_min_score: float | None = Field(None, ge=0, le=1, description="Lowest verifier score that approves.")
+    verify: Literal["sync", "async", "off"] | None = Field(
+        None, description="Verify candidates under the certified line: 'sync', 'async' or 'off'."
+    )
     thresholds: dict[str, float] | None = Field(
         None,
         max_length=16,
@@ -227,6 +228,7 @@ async def reset_namespace_quality(namespace: str, request: Request) -> dict[str,
     pipeline, evidence = pipeline_of(request), request.app.state.semcache.evidence_store
     validate_namespace(namespace)
     pipeline.budgets.forget(namespace)
+    pipeline.semantic.verification.forget(namespace)
     if pipeline.judge is not None:
         pipeline.judge.forget(namespace)
     await evidence.clear_evidence(namespace)

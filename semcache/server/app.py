@@ -39,7 +39,7 @@ from ..tiers.template import LiveTemplates
 from ..tokens import Price, PriceTable, TokenCounter
 from ..upstreams import RemoteUpstream
 from ..upstreams.resilience import CircuitBreaker, ConcurrencyLimit, ResilientUpstream, RetryPolicy
-from ..verifiers import load_verifier
+from ..verification import load_verification
 from ..wire import ChatCompletionRequest
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
@@ -274,6 +274,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             confidence=settings.learn_confidence,
             explore_share=settings.explore_share,
         )
+        prices = PriceTable({m: Price(p.input_per_1m, p.output_per_1m) for m, p in settings.prices.items()})
         pipeline = Pipeline(
             store=store,
             index=index,
@@ -285,7 +286,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             default_ttl_s=settings.ttl_s,
             max_answer_bytes=settings.max_answer_bytes,
             max_temperature=settings.max_temperature,
-            verifier=await asyncio.to_thread(load_verifier, settings),
+            verification=load_verification(settings, upstream, state.observer, prices),
             multi_turn=settings.multi_turn,
             cache_tool_calls=settings.cache_tool_calls,
             cache_answer_instructions=settings.cache_answer_instructions,
@@ -293,7 +294,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             trim_oldest_turns=settings.trim_oldest_turns,
             standalone_max_context_similarity=settings.standalone_max_context_similarity,
             decisions=DecisionLog(settings.decisions_kept),
-            prices=PriceTable({m: Price(p.input_per_1m, p.output_per_1m) for m, p in settings.prices.items()}),
+            prices=prices,
             observer=state.observer,
             budgets=budgets,
             judge=load_judge(settings, batcher.embed, upstream),

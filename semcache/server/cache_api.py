@@ -74,6 +74,7 @@ class LookupResult(BaseModel):
         description="The hit's id, for POST /v1/semcache/feedback (from this namespace); null on a miss."
     )
     namespace: str = Field(description="The namespace looked in: feedback on the hit must name it too.")
+    verified: bool = Field(False, description="A semantic hit under the certified line that the model approved.")
 
 
 class StoreResult(BaseModel):
@@ -112,14 +113,18 @@ async def lookup(body: LookupRequest, request: Request) -> LookupResult:
     namespace, per_user, user = _namespace_and_user(request, body)
     # With scope_per_user and no user named, nothing is shared and so nothing found (chat bypasses).
     found = (
-        None if per_user and user is None else await pipeline.lookup_prompt(body.prompt, namespace, body.scope, user)
+        None
+        if per_user and user is None
+        else await pipeline.lookup_prompt(body.prompt, namespace, body.scope, user, dict(request.headers))
     )
     hit = found.hit if found is not None else None
     if found is None or hit is None:
-        return LookupResult(hit=False, answer=None, tier=None, similarity=None, id=None, namespace=namespace)
+        return LookupResult(
+            hit=False, answer=None, tier=None, similarity=None, id=None, namespace=namespace, verified=False
+        )
     similarity = 1.0 if hit.tier == "exact" or hit.similarity is None else round(hit.similarity, 4)
     return LookupResult(hit=True, answer=hit.answer, tier=hit.tier, similarity=similarity,
-                        id=pipeline.served_id(found), namespace=namespace)  # fmt: skip
+                        id=pipeline.served_id(found), namespace=namespace, verified=hit.verified)  # fmt: skip
 
 
 @cache_api_router.post(

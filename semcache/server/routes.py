@@ -104,8 +104,8 @@ async def answer(
     """A request through the tiers, answered in its own API (``dialect``): ``body`` is its chat view,
     ``user`` who the client says it asks for (with ``scope_per_user``, part of the scope)."""
     RequestBounds.from_settings(_state(request).settings).check(body)
-    lookup = await pipeline.lookup(body, namespace, request_controls(request, user), dialect)
     upstream_headers = dict(request.headers)  # the upstream backend picks what it passes on
+    lookup = await pipeline.lookup(body, namespace, request_controls(request, user), dialect, upstream_headers)
     try:
         if lookup.hit is not None:
             await pipeline.pad_hit(lookup, arrived)
@@ -254,6 +254,8 @@ def _outcome_headers(lookup: Lookup) -> dict[str, str]:
         headers["X-Semcache-Tier"] = lookup.tier
     if lookup.tier == "semantic" and lookup.hit is not None and lookup.hit.similarity is not None:
         headers["X-Semcache-Similarity"] = f"{lookup.hit.similarity:.4f}"
+    if lookup.hit is not None and lookup.hit.verified:
+        headers["X-Semcache-Verified"] = "true"
     if lookup.coalesced_tier is not None:
         headers["X-Semcache-Coalesced"] = "true"
     if lookup.explored:

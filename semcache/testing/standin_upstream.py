@@ -3,7 +3,8 @@
 This is a real HTTP server (FastAPI under uvicorn on loopback), not a mock.
 It answers ``POST /v1/chat/completions`` deterministically -- the answer is
 ``"Answer to: <last user message>"`` unless ``state.answers`` overrides it --
-records every chat request, and can be told to misbehave (latency, HTTP
+answers semcache's verifications (``X-Semcache-Verification: true``) with one word, records every
+chat request, and can be told to misbehave (latency, HTTP
 errors, cut or malformed streams, hangs, odd finish reasons, tool calls), or
 to answer like a hostile upstream: answers of any size (made in pieces, so a
 150 MB answer never exists whole here), content after ``finish_reason``, choices
@@ -185,6 +186,8 @@ class StandinState:
     """
 
     answers: dict[str, str] = field(default_factory=dict)
+    # What verifications answer: None judges the two questions (``verification_verdict``), else this word.
+    verdict: str | None = None
     calls: list[dict[str, Any]] = field(default_factory=list)
     fault: Fault | None = None
     base_latency_s: float = 0.0
@@ -619,6 +622,43 @@ def _huge_plain_response(reply: _Reply, piece_delay_s: float, interrupted: Calla
 
 
 # --------------------------------------------------------------------------
+# Verifications
+# --------------------------------------------------------------------------
+
+VERIFICATION_HEADER = "X-Semcache-Verification"
+_QUOTED = re.compile(r"<<<\n(.*?)\n>>>", re.DOTALL)
+_WORD = re.compile(r"[a-z0-9]+")
+# Words that carry no meaning of their own here, and words that mean the same: a strict reader, as
+# a model is, that lets a rewording through and stops a question about something else.
+_FUNCTION_WORDS = frozenset(
+    "a an the i me my we our you your how what which who whom whose when where why is are was were be been do "
+    "does did can could should would will shall may might must to of in on at for with by from about into "
+    "there it its this that these those some any please tell way ways best good up".split()
+)
+_SAME_MEANING = {"fast": "quick", "quickly": "quick", "rapidly": "quick", "speedy": "quick", "fastest": "quick",
+                 "quickest": "quick", "pick": "learn", "study": "learn", "master": "learn", "begin": "start",
+                 "commence": "start", "purchase": "buy", "obtain": "get", "acquire": "get"}  # fmt: skip
+
+
+def _meaning(text: str) -> frozenset[str]:
+    words = (_SAME_MEANING.get(w, w) for w in _WORD.findall(text.lower()) if w not in _FUNCTION_WORDS)
+    return frozenset(w[:-1] if w.endswith("s") and len(w) > 3 else w for w in words)
+
+
+def verification_verdict(message: str) -> str:
+    """ "yes" when the two questions a verification quotes say the same once function words and
+    synonyms are set aside, else "no": one changed word of substance is another question."""
+    quoted = _QUOTED.findall(message)
+    if len(quoted) < 2:
+        return "no"
+    return "yes" if _meaning(quoted[0]) == _meaning(quoted[1]) else "no"
+
+
+def _is_verification(call: dict[str, Any]) -> bool:
+    return str(call.get("headers", {}).get(VERIFICATION_HEADER.lower(), "")).lower() == "true"
+
+
+# --------------------------------------------------------------------------
 # The app
 # --------------------------------------------------------------------------
 
@@ -659,7 +699,10 @@ async def _chat_completions(state: StandinState, request: Request) -> Response:
     status = fault.sends_error_status
     if status is not None:
         return _error_response(status, _fault_message(fault, request, f"HTTP {status}"), retry_after=fault.retry_after)
-    reply = _build_reply(body, state.answer_for(prompt), fault)
+    answer = state.answer_for(prompt)
+    if request.headers.get(VERIFICATION_HEADER, "").lower() == "true":
+        answer = state.verdict if state.verdict is not None else verification_verdict(prompt)
+    reply = _build_reply(body, answer, fault)
     if body.get("stream"):
         # StreamingResponse itself notices disconnects; only watch for shutdown here.
         message = _fault_message(fault, request, "error mid-stream")
@@ -848,8 +891,12 @@ class StandinUpstream:
         return self.state.snapshot_calls()
 
     def chat_calls(self) -> int:
-        """How many chat-completion requests reached the stand-in."""
-        return sum(1 for call in self.calls if call["path"] == CHAT_PATH)
+        """How many chat-completion requests reached the stand-in, verifications left out."""
+        return sum(1 for call in self.calls if call["path"] == CHAT_PATH and not _is_verification(call))
+
+    def verification_calls(self) -> list[dict[str, Any]]:
+        """The verifications semcache asked, as recorded."""
+        return [call for call in self.calls if call["path"] == CHAT_PATH and _is_verification(call)]
 
     def set_fault(self, **kwargs: Any) -> Fault | None:
         """Replace the current fault with ``Fault(**kwargs)`` (no kwargs: clear it)."""

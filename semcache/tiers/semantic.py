@@ -7,7 +7,8 @@ A candidate is served only if, in order:
    learned threshold;
 2. it was never reported wrong for this query (negative feedback);
 3. every enabled guard passes (numbers, negation, entities, ...);
-4. below ``verify_below``, the verifier accepts the pair.
+4. under the line but within the verification band (``semcache.verification``), a model says the
+   cached answer answers the query: the first such candidate is verified, and decides.
 Each lookup leaves a ``Decision`` that explains the outcome. A similar request still in flight is
 judged by the same rules (``accepts_in_flight``), less those that need a stored entry.
 
@@ -20,7 +21,7 @@ answer is back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,14 +29,15 @@ from typing import Any
 import numpy as np
 
 from .. import guards
-from ..budget import NEAR_MISS_BAND, BudgetRule, ErrorBudgets, LabelSource
+from ..budget import BudgetRule, ErrorBudgets, LabelSource, conservative_start
 from ..entries import CacheEntry
 from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
 from ..keys import RequestKey
 from ..observer import NullObserver, Observer, timed
-from ..protocols import EntryReader, Verifier
+from ..protocols import EntryReader
 from ..quality import Decision, NamespacePolicies, QualityPolicy
+from ..verification import Verification, VerificationCase, band_start
 from .base import Hit
 
 _CANDIDATES = 4
@@ -65,7 +67,7 @@ class SemanticTier:
         index: ScopedVectorIndex,
         store: EntryReader,
         policies: NamespacePolicies,
-        verifier: Verifier | None = None,
+        verification: Verification | None = None,
         on_decision: Callable[[Decision], None] | None = None,
         *,
         budgets: ErrorBudgets | None = None,
@@ -78,7 +80,7 @@ class SemanticTier:
         self.wrong_answers = wrong_answers or WrongAnswers()
         self._store = store
         self.policies = policies
-        self.verifier = verifier
+        self.verification = verification or Verification(None)
         self._on_decision = on_decision
         self._observer = observer or NullObserver()
         # Whether the key's embedding model reads all of a text: a vector of the start alone
@@ -101,7 +103,10 @@ class SemanticTier:
         """The namespace's error budget for the script: its prior, its target, whether it learns."""
         policy = self.policies.for_namespace(namespace)
         learn = policy.learn and not self.policies.pinned(namespace, language)
-        return BudgetRule(policy.threshold_for(language), policy.target_error, learn)
+        prior = policy.threshold_for(language)
+        # A line that learns starts safe, and comes down as far as its evidence vouches for.
+        start = conservative_start(prior) if learn else None
+        return BudgetRule(prior, policy.target_error, learn, start)
 
     def line(self, namespace: str, language: str) -> float:
         return self.budgets.line(namespace, language, self.rule(namespace, language))
@@ -116,7 +121,10 @@ class SemanticTier:
         for name, language in keys:
             rule = self.rule(name, language)
             estimate = self.budgets.estimate(name, language, rule, pinned=self.policies.pinned(name, language))
-            estimates.append({"namespace": name, "language": language, **estimate.as_dict()})
+            verification = self.verification.describe(name, language, rule.prior)
+            verification["mode"] = self.policies.for_namespace(name).verify if self.verification.available else "off"
+            estimates.append({"namespace": name, "language": language, **estimate.as_dict(),
+                              "verification": verification})  # fmt: skip
         return estimates
 
     async def lookup(
@@ -127,9 +135,11 @@ class SemanticTier:
         candidates: list[tuple[int, float]] | None = None,
         *,
         explore: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> SemanticResult:
         """The best candidate that passes the policy; ``candidates`` are searched here unless given.
-        ``explore=False``: a would-be hit is a hit (the cache API has no upstream answer to compare)."""
+        ``explore=False``: a would-be hit is a hit (the cache API has no upstream answer to compare).
+        ``headers``: the request's, whose credentials a verification uses."""
         policy = self.policies.for_namespace(key.namespace)
         if candidates is None:
             loop = asyncio.get_running_loop()
@@ -138,7 +148,11 @@ class SemanticTier:
         line = self.budgets.line(key.namespace, key.language, rule)
         self.budgets.note_request(key.namespace)
         # Near misses are looked at (and labelled) only where the line may yet move.
-        floor = line - NEAR_MISS_BAND * (1.0 - rule.prior) if rule.learn else line
+        # Near misses are labelled from a floor that does not move with the line.
+        floor = band_start(rule.prior) if rule.learn else line
+        verify = policy.verify if self.verification.available else "off"
+        edge = self.verification.lower_edge(key.namespace, key.language, rule.prior) if verify != "off" else 1.0
+        lowest = min(floor, edge)
         decision = Decision(
             namespace=key.namespace, query=key.prompt, decision="miss", language=key.language, threshold=line
         )
@@ -147,7 +161,7 @@ class SemanticTier:
         for entry_id, similarity in candidates:
             if decision.candidate is None:
                 decision.entry_id, decision.similarity = entry_id, round(similarity, 4)
-            if similarity < floor:
+            if similarity < lowest:
                 if decision.candidate is None:  # traffic far below the line, where nothing is known
                     self.budgets.candidate_seen(key.namespace, key.language, similarity, rule, line)
                 break
@@ -167,8 +181,20 @@ class SemanticTier:
                 continue
             assert entry.id is not None
             self.budgets.candidate_seen(key.namespace, key.language, similarity, rule, line)
-            if similarity < line:  # a near miss; the log keeps why a candidate above the line was refused
-                self._decide(rejected or decision)
+            if similarity < line:
+                if similarity >= edge:
+                    case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, entry.id,
+                                            entry.prompt, entry.answer, key.model, similarity)  # fmt: skip
+                    if await self._verified(case, verify, decision, headers or {}):
+                        decision.decision = "hit"
+                        self._decide(decision)
+                        hit = Hit(tier="semantic", answer=entry.answer, matched_prompt=entry.prompt,
+                                  entry_id=entry.id, similarity=similarity, verified=True)  # fmt: skip
+                        return SemanticResult(hit=hit)
+                # A near miss; the log keeps why a candidate above the line was refused.
+                self._decide(decision if decision.verification else rejected or decision)
+                if similarity < floor:
+                    return SemanticResult()
                 return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "near_miss"))
             if explore and self.budgets.should_explore(key.namespace, key.language, rule):
                 decision.decision, decision.explored = "explored: answered from the upstream to label it", True
@@ -224,12 +250,20 @@ class SemanticTier:
         failed = [r.guard for r in results if not r.passed]
         if failed:
             return f"guard {failed[0]}"
-        if self.verifier is not None and similarity < policy.verify_below:
-            score = (await asyncio.to_thread(self.verifier, key.prompt, [candidate]))[0]
-            decision.verifier_score = round(score, 4)
-            if score < policy.verifier_min_score:
-                return "verifier"
         return None
+
+    async def _verified(
+        self, case: VerificationCase, mode: str, decision: Decision, headers: Mapping[str, str]
+    ) -> bool:
+        """Whether a model approves the candidate: now (``sync``, or a verdict remembered), or in the
+        background for the next time (``async``), which is no for this request."""
+        remembered = self.verification.remembered(case)
+        if mode == "async" and remembered is None:
+            self.verification.verify_later(case, headers)
+            decision.verification = "pending"
+            return False
+        decision.verification = remembered or await self.verification.verify(case, headers)
+        return decision.verification == "yes"
 
     async def _read_whole(self, key: RequestKey, text: str) -> bool:
         """Whether the key's embedding model reads all of ``text`` (True when it cannot tell)."""
@@ -241,6 +275,7 @@ class SemanticTier:
 
     def close(self) -> None:
         self._search_thread.shutdown(wait=False)
+        self.verification.close()
 
     def _decide(self, decision: Decision) -> None:
         if self._on_decision is not None:

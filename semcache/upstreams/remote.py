@@ -13,6 +13,7 @@ from pydantic_core import from_json
 from ..errors import UpstreamAnswerTooLarge, UpstreamError, UpstreamStatusError, UpstreamUnavailable
 from ..logs import REQUEST_ID_HEADER, Redactor, current_request_id
 from ..protocols import Relayed, RelayRequest, UpstreamApi
+from ..verification import VERIFICATION_HEADER, VERIFICATION_MARK
 
 # Headers from the client that are safe and useful to pass on, when the client's own key is.
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
@@ -74,6 +75,8 @@ class RemoteUpstream:
         request_id = current_request_id()
         if request_id is not None:  # ours, never the client's header: one id across both logs
             headers[REQUEST_ID_HEADER] = request_id
+        if VERIFICATION_MARK in client_headers:
+            headers[VERIFICATION_HEADER] = "true"
         return headers
 
     async def complete(

@@ -1,0 +1,280 @@
+"""Verified hits: a candidate under the certified line is put to the upstream model before it is
+served (or in the background, or never), its verdict remembered, its cost counted; a guard vetoes
+first and a failure is a miss. Unit tests with small fakes, then the service over real HTTP with
+the openai SDK and the stand-in upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from semcache.testing.standin_upstream import StandinUpstream
+from semcache.verification import (
+    VERIFICATION_MARK,
+    UpstreamVerifier,
+    Verification,
+    VerificationCase,
+    VerifierReply,
+    band_start,
+    verdict_of,
+    verification_messages,
+)
+from testkit.servers import SemcacheProcess
+
+from .conftest import ask
+
+QUESTION = "How do I learn Python quickly?"
+PARAPHRASE = "How can I learn Python fast?"  # under the line a new namespace starts with
+LOOK_ALIKE = "How do I learn Python quickly for data science jobs?"  # another question, in the band
+
+
+def case(
+    query: str = PARAPHRASE, entry_id: int = 1, similarity: float = 0.9, namespace: str = "ns"
+) -> VerificationCase:
+    return VerificationCase("ns", "latin", query, f"key:{query}", entry_id, QUESTION, "Practise daily.", "m",
+                            similarity)  # fmt: skip
+
+
+class CountingVerifier:
+    def __init__(self, verdict: str = "yes") -> None:
+        self.verdict = verdict
+        self.asked: list[VerificationCase] = []
+
+    async def verify(self, case: VerificationCase, headers: Mapping[str, str]) -> VerifierReply:
+        self.asked.append(case)
+        return VerifierReply(self.verdict, "m", 100, 1)  # type: ignore[arg-type]
+
+
+# -- the verdict and the request -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [("yes", "yes"), ("Yes.", "yes"), ("YES, it does", "yes"), (" no", "no"), ("No!", "no"), ("\n\nno", "no"),
+     ("Maybe", "failed"), ("", "failed"), (None, "failed"), ("I would say yes", "failed"), ("yesterday", "failed"),
+     (["yes"], "failed")],
+)  # fmt: skip
+def test_the_first_word_decides_and_anything_else_is_no_verdict(reply: object, verdict: str) -> None:
+    assert verdict_of(reply) == verdict
+
+
+def test_the_request_quotes_both_prompts_whole_and_verbatim_in_plain_strings() -> None:
+    long_prompt = "Explain this:\n" + "x = {'a': [1, 2]}  # <<< tricky >>>\n" * 500
+    messages = verification_messages(case(query=long_prompt))
+    assert all(isinstance(m["content"], str) for m in messages)
+    text = "".join(m["content"] for m in messages)
+    assert long_prompt in text and QUESTION in text and "Practise daily." in text
+    assert messages[-1]["role"] == "user" and "yes or no" in messages[-1]["content"]
+
+
+def test_the_upstream_verifier_asks_a_short_call_and_fails_closed() -> None:
+    sent: list[tuple[dict[str, Any], dict[str, str]]] = []
+
+    async def complete(body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        sent.append((body, headers))
+        return {"choices": [{"message": {"content": "Yes"}}], "usage": {"prompt_tokens": 90, "completion_tokens": 1}}
+
+    verifier = UpstreamVerifier(complete, model=None, timeout_s=1.0, max_tokens=16)
+    reply = asyncio.run(verifier.verify(case(), {"authorization": "Bearer k"}))
+    assert reply == VerifierReply("yes", "m", 90, 1)
+    body, headers = sent[0]
+    assert body["model"] == "m" and body["temperature"] == 0 and body["max_completion_tokens"] == 16
+    assert headers[VERIFICATION_MARK] == "true" and headers["authorization"] == "Bearer k"
+
+    async def slow(body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        await asyncio.sleep(5)
+        return {}
+
+    async def broken(body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        raise RuntimeError("upstream down")
+
+    for complete_with in (slow, broken):
+        verifier = UpstreamVerifier(complete_with, model="small", timeout_s=0.1, max_tokens=16)
+        started = time.monotonic()
+        assert asyncio.run(verifier.verify(case(), {})).verdict == "failed"
+        assert time.monotonic() - started < 2
+
+
+# -- remembering and the band ---------------------------------------------------------------------
+
+
+def test_a_verdict_is_remembered_for_its_pair_and_a_failure_is_not() -> None:
+    inner = CountingVerifier("yes")
+    verification = Verification(inner)
+    assert asyncio.run(verification.verify(case(), {})) == "yes"
+    assert asyncio.run(verification.verify(case(), {})) == "yes"
+    assert len(inner.asked) == 1  # the repeat cost nothing
+    asyncio.run(verification.verify(case(entry_id=2), {}))  # another entry is another pair
+    assert len(inner.asked) == 2
+
+    inner.verdict = "failed"
+    asyncio.run(verification.verify(case(query="Another question?"), {}))
+    asyncio.run(verification.verify(case(query="Another question?"), {}))
+    assert len(inner.asked) == 4
+
+
+def test_remembered_verdicts_are_bounded_per_namespace() -> None:
+    inner = CountingVerifier("yes")
+    verification = Verification(inner)
+    for number in range(600):
+        asyncio.run(verification.verify(case(query=f"question {number}"), {}))
+    assert verification.remembered(case(query="question 599")) == "yes"
+    assert verification.remembered(case(query="question 0")) is None
+    assert verification.describe("ns", "latin", 0.91)["remembered"] <= 512
+
+
+def test_the_band_rises_to_where_candidates_stop_passing_in_that_namespace_alone() -> None:
+    inner = CountingVerifier("no")
+    verification = Verification(inner)
+    start = band_start(0.91)
+    assert verification.lower_edge("ns", "latin", 0.91) == start
+    for number in range(40):  # the lowest part of the band never passes
+        asyncio.run(verification.verify(case(query=f"low {number}", similarity=start + 0.005), {}))
+    inner.verdict = "yes"
+    for number in range(40):
+        asyncio.run(verification.verify(case(query=f"high {number}", similarity=0.85), {}))
+    assert start < verification.lower_edge("ns", "latin", 0.91) <= 0.85
+    assert verification.lower_edge("other", "latin", 0.91) == start
+    verification.forget("ns")
+    assert verification.lower_edge("ns", "latin", 0.91) == start
+
+
+# -- through the service --------------------------------------------------------------------------
+
+
+def verifications(upstream: StandinUpstream) -> list[dict[str, Any]]:
+    return upstream.verification_calls()
+
+
+def settle(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_paraphrase_under_the_line_is_verified_then_served(
+    service: str, client: openai.OpenAI, upstream: StandinUpstream
+) -> None:
+    assert ask(client, QUESTION)[1]["x-semcache"] == "miss"
+    answer, headers = ask(client, PARAPHRASE, model="test-model")
+    assert headers["x-semcache"] == "hit" and headers["x-semcache-tier"] == "semantic"
+    assert headers["x-semcache-verified"] == "true"
+    assert answer == f"Answer to: {QUESTION}"
+    (call,) = verifications(upstream)
+    assert call["headers"]["x-semcache-verification"] == "true"
+    assert call["headers"]["authorization"] == "Bearer sk-test"  # the client's own credentials
+    body = call["json"]
+    assert body["model"] == "test-model" and body["temperature"] == 0 and body["max_completion_tokens"] == 16
+    assert all(isinstance(m["content"], str) for m in body["messages"])
+    quoted = "".join(m["content"] for m in body["messages"])
+    assert PARAPHRASE in quoted and QUESTION in quoted and f"Answer to: {QUESTION}" in quoted
+    assert upstream.chat_calls() == 1  # one full answer; the verification is apart
+
+    ask(client, PARAPHRASE)  # a repeat: the verdict is remembered
+    assert len(verifications(upstream)) == 1
+    decisions = httpx.get(f"{service}/admin/decisions?limit=5").json()["data"]
+    assert any(d["decision"] == "hit" and d["verification"] == "yes" for d in decisions)
+
+    stats = httpx.get(f"{service}/stats").json()["verification"]
+    assert stats["asked"] == 1 and stats["yes"] == 1 and stats["no"] == stats["failed"] == 0
+    assert stats["prompt_tokens"] > 0
+    metrics = httpx.get(f"{service}/metrics").text
+    assert 'semcache_verifications_total{namespace="default",verdict="yes"} 1.0' in metrics
+
+
+@pytest.mark.slow
+def test_a_verifier_that_says_no_fails_or_times_out_makes_a_miss(
+    serve: Callable[..., str], make_client: Callable[..., openai.OpenAI], upstream: StandinUpstream
+) -> None:
+    url = serve(verify_timeout_s=0.5)
+    client = make_client(url)
+    ask(client, QUESTION)
+    answer, headers = ask(client, LOOK_ALIKE)  # the stand-in's verifier reads the changed word
+    assert headers["x-semcache"] == "miss" and "x-semcache-verified" not in headers
+    assert answer == f"Answer to: {LOOK_ALIKE}" and len(verifications(upstream)) == 1
+
+    for number, fault in enumerate(({"status": 500}, {"latency_s": 3.0}, {"answer_bytes": 5_000})):
+        upstream.set_fault(match="Cached question", **fault)
+        started = time.monotonic()
+        prompt = ("How can I learn Python fast, please?", "So how can I learn Python fast?",
+                  "How can I learn Python fast then?")[number]  # fmt: skip
+        answer, headers = ask(client, prompt, extra_headers={"Cache-Control": "no-store"})
+        assert headers["x-semcache"] == "miss", fault
+        assert answer == f"Answer to: {prompt}"
+        assert time.monotonic() - started < 5
+    upstream.set_fault()
+    stats = httpx.get(f"{url}/stats").json()["verification"]
+    assert stats["no"] == 1 and stats["failed"] >= 2
+
+
+@pytest.mark.slow
+def test_async_answers_a_miss_now_and_serves_the_approved_pair_next_time(
+    serve: Callable[..., str], make_client: Callable[..., openai.OpenAI], upstream: StandinUpstream
+) -> None:
+    client = make_client(serve(verify="async"))
+    ask(client, QUESTION)
+    no_store = {"Cache-Control": "no-store"}  # so that the next answer can only come from the verdict
+    answer, headers = ask(client, PARAPHRASE, extra_headers=no_store)
+    assert headers["x-semcache"] == "miss" and answer == f"Answer to: {PARAPHRASE}"
+    settle(lambda: len(verifications(upstream)) == 1)
+    time.sleep(0.2)  # the verdict is remembered once the call returns
+    answer, headers = ask(client, PARAPHRASE, extra_headers=no_store)
+    assert headers["x-semcache"] == "hit" and headers["x-semcache-verified"] == "true"
+    assert answer == f"Answer to: {QUESTION}" and len(verifications(upstream)) == 1
+
+
+@pytest.mark.slow
+def test_guards_veto_before_any_verification_and_off_never_verifies(
+    service: str, client: openai.OpenAI, upstream: StandinUpstream
+) -> None:
+    ask(client, QUESTION)
+    assert ask(client, "How do I not learn Python quickly?")[1]["x-semcache"] == "miss"  # negation guard
+    assert verifications(upstream) == []
+
+    configured = httpx.put(f"{service}/admin/namespaces/plain/config", json={"verify": "off"})
+    assert configured.status_code == 200, configured.text
+    assert configured.json()["config"]["verify"] == "off"
+    plain = {"X-Semcache-Namespace": "plain"}
+    ask(client, QUESTION, extra_headers=plain)
+    assert ask(client, PARAPHRASE, extra_headers=plain)[1]["x-semcache"] == "miss"
+    assert verifications(upstream) == []
+    bad = httpx.put(f"{service}/admin/namespaces/plain/config", json={"verify": "sometimes"})
+    assert bad.status_code == 400 and bad.json()["error"]["message"]
+
+
+@pytest.mark.slow
+def test_a_verification_never_quotes_another_namespace_and_a_client_cannot_pose_as_one(
+    service: str, client: openai.OpenAI, upstream: StandinUpstream
+) -> None:
+    ask(client, QUESTION, extra_headers={"X-Semcache-Namespace": "tenant-a"})
+    headers = ask(client, PARAPHRASE, extra_headers={"X-Semcache-Namespace": "tenant-b"})[1]
+    assert headers["x-semcache"] == "miss" and verifications(upstream) == []
+
+    # A client's own verification header goes nowhere: its miss is an ordinary call, answered in full.
+    prompt = "What is the capital of France?"
+    answer, headers = ask(client, prompt, extra_headers={"X-Semcache-Verification": "true"})
+    assert answer == f"Answer to: {prompt}" and verifications(upstream) == []
+
+
+@pytest.mark.slow
+def test_a_file_naming_the_old_verifier_settings_starts_with_a_warning(
+    tmp_path: Path, upstream: StandinUpstream
+) -> None:
+    config = tmp_path / "semcache.yaml"
+    config.write_text("verifier: none\nverify_below: 0.9\nverifier-min-score: 0.5\n")
+    log = tmp_path / "serve.log"
+    with SemcacheProcess("--config", str(config), data_dir=tmp_path / "data", upstream_url=upstream.base_url,
+                         log_path=log) as server:  # fmt: skip
+        assert httpx.get(f"{server.url}/healthz").status_code == 200
+    output = log.read_text()
+    for name in ("verifier", "verify_below", "verifier_min_score"):
+        assert f"'{name}' is no longer used" in output
