@@ -17,8 +17,10 @@ WORKDIR /app
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 
 COPY pyproject.toml README.md ./
+COPY clients/python ./clients/python
 COPY semcache ./semcache
-RUN pip install . \
+# semcache's client (a dependency) comes from clients/python, installed with it: no index has it.
+RUN pip install ./clients/python . \
     && python -c "from pathlib import Path; from semcache.tokens import seed_tiktoken_cache; seed_tiktoken_cache(Path('/opt/semcache/tiktoken'))" \
     && python -c "from pathlib import Path; from semcache.embedders import load_embedder; load_embedder('all-MiniLM-L6-v2', 1, 'onnx-int8', Path('/opt/semcache/models'))" \
     && useradd --create-home --uid 10001 semcache \

@@ -14,10 +14,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml | $(BIN)/python
 	# CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e .
+	# semcache depends on its client, which lives in clients/python: installed from there, with it.
+	$(BIN)/python -m pip install --quiet -e ./clients/python -e .
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
@@ -34,8 +35,8 @@ serve: install
 	$(BIN)/semcache serve $(ARGS)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check semcache testkit tests benchmarks reliability
-	$(BIN)/ruff format --check semcache testkit tests benchmarks reliability
+	$(BIN)/ruff check semcache clients testkit tests benchmarks reliability
+	$(BIN)/ruff format --check semcache clients testkit tests benchmarks reliability
 	$(BIN)/mypy
 
 test: lint

@@ -26,6 +26,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from .folder_lock import DataFolderInUse, DataFolderLock, lock_data_folder
 from .settings import (
     ENV_PREFIX,
     OLD_ENV_NAMES,
@@ -120,13 +121,30 @@ def serve(
         "log_format": log_format,
     }
     settings = _settings({k: v for k, v in flags.items() if v is not None})
-    # Before the slow imports and the app: a port that is taken fails the start at once.
+    # Before the slow imports and the app: a port that is taken, or a data folder that another
+    # server holds, fails the start at once.
     listeners = _listen(settings.host, settings.port)
+    folder_lock = None
     try:
+        folder_lock = _lock_data_folder(settings)
         _serve(settings, listeners)
     finally:
         for sock in listeners:
             sock.close()
+        if folder_lock is not None:
+            folder_lock.release()
+
+
+def _lock_data_folder(settings: Settings) -> DataFolderLock | None:
+    """The embedded store's folder, for this process alone; on Redis, replicas may share one."""
+    if settings.store != "embedded":
+        return None
+    try:
+        return lock_data_folder(settings.data_dir)
+    except DataFolderInUse as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot use the data folder {settings.data_dir.absolute()}: {exc}")
 
 
 def _serve(settings: Settings, listeners: list[socket.socket]) -> None:
