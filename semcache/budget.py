@@ -337,7 +337,7 @@ class ErrorBudgets:
             # The hits at the line itself may not be much worse than the budget, however many
             # easy hits above it dilute the average.
             marginal = fit.rates[index] <= MARGINAL_FACTOR * rule.target_error
-            if marginal and _wilson(rate, labels, self._z)[1] <= rule.target_error:
+            if marginal and wilson(rate, labels, self._z)[1] <= rule.target_error:
                 certified = bin_floor(index)
         if certified <= rule.starting_line:
             return certified  # as low as the evidence vouches for, with confidence
@@ -360,11 +360,11 @@ class ErrorBudgets:
             if index < first:
                 break
             rate, labels = estimate
-        low, high = _wilson(rate, labels, self._z)
+        low, high = wilson(rate, labels, self._z)
         return rate, low, high
 
 
-def _wilson(share: float, labels: float, z: float) -> tuple[float, float]:
+def wilson(share: float, labels: float, z: float) -> tuple[float, float]:
     """The Wilson score interval of a share seen in ``labels`` labels (fewer than one: no knowledge)."""
     if labels < 1:
         return 0.0, 1.0

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from .budget import wilson
 from .observer import NullObserver, Observer
 
 if TYPE_CHECKING:
@@ -48,11 +49,12 @@ VERIFICATION_MARK = "semcache:verification"
 
 # Where the band starts, in units of the prior's distance from 1 below it.
 VERIFY_BAND = 2.6
-# The band's edge is learned in bins of this width: it rises past a bin whose verifications
-# (at least _MIN_VERDICTS of them) passed less often than _MIN_PASS_SHARE.
+# The band's edge is learned in bins of this width: it rises past the lowest runs of bins whose
+# verifications (at least _MIN_VERDICTS in a run) surely passed less often than _MIN_PASS_SHARE.
 _BIN_WIDTH = 0.02
-_MIN_VERDICTS = 12
-_MIN_PASS_SHARE = 0.25
+_MIN_VERDICTS = 20
+_Z = 1.2816  # one-sided 90%
+_MIN_PASS_SHARE = 0.5
 # The cached answer is quoted up to this many characters: enough to judge it, and a bounded cost.
 _QUOTED_ANSWER_CHARS = 4_000
 # Remembered verdicts: per namespace, and namespaces (the least recently used forgotten first).
@@ -182,14 +184,23 @@ class _Band:
         index = math.floor(similarity / _BIN_WIDTH)
         self.asked[index] = self.asked.get(index, 0) + 1
         self.passed[index] = self.passed.get(index, 0) + passed
-        # Rise past the lowest bins while each, on enough evidence, rarely passes.
+        # From the edge up, in runs of bins: rise past each run whose pass share is surely under
+        # _MIN_PASS_SHARE (its 90% upper bound is), stop at the first that surely is not, and pool
+        # a run that cannot tell yet with the bins above it.
+        asked = passed_here = 0
         for low in sorted(self.asked):
-            asked = self.asked[low]
             if low * _BIN_WIDTH < self.edge - 1e-9:
                 continue
-            if asked < _MIN_VERDICTS or self.passed[low] / asked >= _MIN_PASS_SHARE:
+            asked += self.asked[low]
+            passed_here += self.passed[low]
+            if asked < _MIN_VERDICTS:
+                continue
+            lower, upper = wilson(passed_here / asked, asked, _Z)
+            if lower >= _MIN_PASS_SHARE:
                 break
-            self.edge = round((low + 1) * _BIN_WIDTH, 4)
+            if upper < _MIN_PASS_SHARE:
+                self.edge = round((low + 1) * _BIN_WIDTH, 4)
+                asked = passed_here = 0
 
 
 class Verification:
