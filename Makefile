@@ -39,8 +39,8 @@ serve: install
 	$(BIN)/semcache serve $(ARGS)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check semcache testkit tests benchmarks reliability
-	$(BIN)/ruff format --check semcache testkit tests benchmarks reliability
+	$(BIN)/ruff check semcache testkit tests benchmarks reliability notebooks
+	$(BIN)/ruff format --check semcache testkit tests benchmarks reliability notebooks
 	$(BIN)/mypy
 
 test: lint
