@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from notebooks.run import NOTEBOOK, parameter_defaults
+from notebooks.run import NOTEBOOK, main, parameter_defaults
 from semcache.settings import Settings
 from semcache.testing.standin_upstream import StandinUpstream
 
@@ -72,6 +72,17 @@ def test_the_shipped_trace_points_each_repeat_at_its_first_asking() -> None:
     assert {row["prompt"] for row in trace} >= pair_texts
     assert sum(row["duplicate_of"] is not None for row in trace) >= 50
     assert sum(bool(row["hard_negative_of"]) for row in trace) >= 30
+
+
+def test_make_notebook_refuses_a_parameter_the_notebook_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_code:
+        main(["--set", "SERVICE_ULR=http://127.0.0.1:8080"])  # refused before a kernel starts
+    assert exit_code.value.code == 2
+    error = capsys.readouterr().err
+    assert "no parameter named SERVICE_ULR" in error and "SERVICE_URL" in error
+    with pytest.raises(SystemExit):
+        main(["--set", "APPLY"])
+    assert "'APPLY' is not NAME=VALUE" in capsys.readouterr().err
 
 
 @pytest.mark.slow
