@@ -1,13 +1,14 @@
-# Two commands do all the set-up on a fresh Linux machine:
-#   make serve   creates .venv, installs semcache (the service only), and runs it on its embedded default
-#   make test    adds the test and benchmark tools to .venv, lints, and runs the whole suite
+# These commands do all the set-up on a fresh Linux machine:
+#   make serve     creates .venv, installs semcache (the service only), and runs it on its embedded default
+#   make test      adds the test and benchmark tools to .venv, lints, and runs the whole suite
+#   make notebook  adds the notebook runner and runs notebooks/threshold_tuning.ipynb headless on its sample
 # Tests that read ../shared/data (the labelled evaluation data) skip when it is absent.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: install serve test lint clean bench reliability
+.PHONY: install serve test lint clean bench reliability notebook
 
 # Each marker file records one install; pyproject.toml changing redoes it.
 $(BIN)/python:
@@ -29,14 +30,18 @@ $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $@
 
+$(VENV)/.installed-notebook: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[notebook]'
+	touch $@
+
 install: $(VENV)/.installed
 
 serve: install
 	$(BIN)/semcache serve $(ARGS)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check semcache clients testkit tests benchmarks reliability
-	$(BIN)/ruff format --check semcache clients testkit tests benchmarks reliability
+	$(BIN)/ruff check semcache clients testkit tests benchmarks reliability notebooks
+	$(BIN)/ruff format --check semcache clients testkit tests benchmarks reliability notebooks
 	$(BIN)/mypy
 
 test: lint
@@ -49,5 +54,9 @@ reliability: $(VENV)/.installed-test
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.latency $(ARGS)
 
+# The tuning notebook on its shipped sample; no service needed. ARGS="--set NAME=VALUE" changes a parameter.
+notebook: $(VENV)/.installed-notebook
+	$(BIN)/python -m notebooks.run $(ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache notebooks/executed

@@ -1,0 +1,1 @@
+"""The tuning notebook, its shipped sample, and ``python -m notebooks.run`` (``make notebook``)."""
