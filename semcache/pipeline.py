@@ -650,7 +650,8 @@ class Pipeline:
         if nearest is None:
             return False
         flight, similarity = nearest
-        if not await self.semantic.accepts_in_flight(lookup.key, lookup.vector, flight.key.prompt, similarity):
+        verdict = await self.semantic.accepts_in_flight(lookup.key, lookup.vector, flight.key.prompt, similarity)
+        if verdict == "no":
             return False
         try:
             done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
@@ -658,7 +659,13 @@ class Pipeline:
             return False
         if not done.cacheable:
             return False
-        lookup.hit = Hit(tier="semantic", answer=done.text, matched_prompt=flight.key.prompt, similarity=similarity)
+        verified = verdict == "verify"
+        if verified and not await self.semantic.verify_in_flight(
+            lookup.key, flight.key.prompt, done.text, similarity, lookup.upstream_headers
+        ):
+            return False
+        lookup.hit = Hit(tier="semantic", answer=done.text, matched_prompt=flight.key.prompt, similarity=similarity,
+                         verified=verified)  # fmt: skip
         lookup.coalesced_tier = "semantic"
         flight.followers += 1
         self.observer.coalesced()

@@ -83,7 +83,7 @@ class VerificationCase:
     language: str
     query: str  # the new prompt, as sent
     query_key: str  # its exact key: a verdict holds for this prompt in this scope alone
-    entry_id: int
+    entry_id: int | None  # None: a request in flight, whose verdict is not remembered
     cached_prompt: str
     cached_answer: str
     model: str  # the request's model
@@ -229,6 +229,8 @@ class Verification:
             return max(start, band.edge) if band is not None else start
 
     def remembered(self, case: VerificationCase) -> Verdict | None:
+        if case.entry_id is None:
+            return None
         with self._lock:
             verdicts = self._verdicts.get(case.namespace)
             if verdicts is None:
@@ -297,6 +299,8 @@ class Verification:
                 "remembered": remembered}  # fmt: skip
 
     def _remember(self, case: VerificationCase, verdict: Verdict) -> None:
+        if case.entry_id is None:
+            return
         with self._lock:
             verdicts = self._verdicts.get(case.namespace)
             if verdicts is None:

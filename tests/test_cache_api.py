@@ -52,7 +52,7 @@ def test_a_stored_answer_is_found_by_its_prompt_and_its_paraphrases_in_the_same_
 
     other_scope = post(service, "lookup", {"prompt": QUESTION, "scope": {**SCOPE, "temperature": 1}}).json()
     assert other_scope == {"object": "semcache.lookup", "hit": False, "answer": None, "tier": None,
-                           "similarity": None, "id": None, "namespace": "default"}  # fmt: skip
+                           "similarity": None, "id": None, "namespace": "default", "verified": False}  # fmt: skip
     other_namespace = post(service, "lookup", {"prompt": QUESTION, "scope": SCOPE, "namespace": "elsewhere"})
     assert other_namespace.json()["hit"] is False
 

@@ -98,11 +98,13 @@ def test_eval_trace_simulated_feedback_teaches_the_cache(tmp_path: Path) -> None
 
 @pytest.mark.shared_data
 def test_eval_trace_learns_a_line_within_the_error_budget_on_both_kinds_of_traffic() -> None:
-    faq = run("eval", "trace", str(SHARED_DATA / "trace_faq_dev.jsonl"))
-    static = run("eval", "trace", str(SHARED_DATA / "trace_faq_dev.jsonl"), "--static")
+    # The line alone, nothing verified: what the budget learns from near misses and exploration.
+    faq = run("eval", "trace", str(SHARED_DATA / "trace_faq_dev.jsonl"), "--verify", "off")
+    static = run("eval", "trace", str(SHARED_DATA / "trace_faq_dev.jsonl"), "--static", "--verify", "off")
     assert faq["learned"] and faq["policy"]["target_error"] == 0.01
-    assert faq["wrong_hit_rate"] <= 0.01
-    assert faq["served_share"] >= 2 * static["served_share"]  # a help desk's paraphrases, served
+    # Within the budget: at most one wrong hit of the hundred or so a line alone serves here.
+    assert faq["wrong_hits"] <= max(1, 0.01 * faq["hits"])
+    assert faq["served_share"] > 1.5 * static["served_share"]  # a help desk's paraphrases, served
     assert faq["budget"]["decision_line"] < 0.91 and faq["budget"]["labels"]["near_miss"] > 0
     assert faq["misses"] + faq["hits"] + faq["explored"] == faq["requests"]
     assert faq["upstream_calls"] == faq["misses"] + faq["explored"]
@@ -110,8 +112,24 @@ def test_eval_trace_learns_a_line_within_the_error_budget_on_both_kinds_of_traff
     assert abs(faq["calibration"]["estimated"] - faq["calibration"]["observed"]) <= 0.02
     assert faq["curve"][-1]["requests"] == faq["requests"]
 
-    qqp = run("eval", "trace", str(SHARED_DATA / "trace_qqp_dev.jsonl"))
-    # Look-alike questions: once it has the evidence, the namespace stops serving what it cannot vouch for.
+    qqp = run("eval", "trace", str(SHARED_DATA / "trace_qqp_dev.jsonl"), "--verify", "off")
+    # Look-alike questions: the namespace does not serve what it cannot vouch for.
     assert qqp["budget"]["decision_line"] > 0.91 and qqp["budget"]["hits_given_up"] > 0
-    assert qqp["second_half"]["wrong_hit_rate"] <= 0.03
+    assert qqp["wrong_hits"] <= max(1, 0.03 * qqp["hits"])  # the few it serves, at most one wrong
     assert qqp["extra_upstream_share"] <= 0.10
+
+
+@pytest.mark.shared_data
+def test_eval_trace_verifies_under_the_line_and_serves_most_paraphrases_within_budget() -> None:
+    """At the shipped defaults, with a stand-in verifier that errs like a model."""
+    for name, most_wrong, least_served in (("trace_faq_dev.jsonl", 0.01, 0.70), ("trace_qqp_dev.jsonl", 0.02, 0.60)):
+        replay = run("eval", "trace", str(SHARED_DATA / name))
+        plain = run("eval", "trace", str(SHARED_DATA / name), "--verify", "off")
+        verification = replay["verification"]
+        assert verification["mode"] == "sync" and verification["asked"] > 0, name
+        assert verification["verdicts"].get("yes_wrong", 0) > 0 or name.startswith("trace_faq"), name  # it errs
+        assert replay["wrong_hit_rate"] <= most_wrong and replay["served_share"] >= least_served, name
+        assert replay["served_share"] > 2 * plain["served_share"], name
+        assert replay["extra_upstream_share"] <= 0.10, name
+        # Verifications are calls of their own: never full answers.
+        assert replay["upstream_calls"] == replay["misses"] + replay["explored"], name

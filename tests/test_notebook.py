@@ -111,7 +111,7 @@ def test_make_notebook_runs_on_the_shipped_sample_and_leaves_no_files(tmp_path: 
     assert at_policy, shown
     assert float(at_policy[1]) < 0.9  # the look-alikes cost the shipped settings precision: not an easy sample
     assert re.search(r"Threshold 0\.\d+: precision|No threshold reaches precision 0.95", shown)
-    assert re.search(r"\d+ non-duplicates pass the guards at 0\.\d+ \(before any verifier\)", shown)
+    assert re.search(r"\d+ non-duplicates pass the guards at 0\.\d+ \(before verification\)", shown)
     assert "learned line" in shown and "fixed threshold" in shown
     assert shown.count("SERVICE_URL is not set") == 3
     executed = nbformat.read(output, as_version=4)

@@ -52,6 +52,11 @@ def attack_in_conversation(client: openai.OpenAI, upstream: StandinUpstream) -> 
     return headers
 
 
+# The attack's mechanics at a fixed line of 0.91 with nothing verified: verification, on by default,
+# would put each of these near matches to the model as well.
+FIXED_LINE = {"verify": "off", "learn_threshold": False}
+
+
 @pytest.fixture
 def clients(make_client: Callable[..., openai.OpenAI]) -> Callable[[str], tuple[openai.OpenAI, openai.OpenAI]]:
     def make(url: str) -> tuple[openai.OpenAI, openai.OpenAI]:
@@ -66,7 +71,7 @@ def clients(make_client: Callable[..., openai.OpenAI]) -> Callable[[str], tuple[
 def test_without_the_guard_a_short_instruction_poisons_the_namespace(
     serve: Callable[..., str], upstream: StandinUpstream, clients: Any
 ) -> None:
-    attacker, victim = clients(serve(cache_answer_instructions=True))
+    attacker, victim = clients(serve(cache_answer_instructions=True, **FIXED_LINE))
     upstream.state.answers.update({LITERAL_ATTACK: POISON, SHORT_ATTACK: "Yes."})
 
     assert ask(attacker, LITERAL_ATTACK)[1]["x-semcache"] == "miss"  # stored
@@ -152,7 +157,7 @@ def test_scope_per_user_keeps_a_poisoned_entry_with_its_author(
     serve: Callable[..., str], upstream: StandinUpstream, clients: Any
 ) -> None:
     """Even with the instruction guard off, the attacker only ever poisons their own answers."""
-    url = serve(scope_per_user=True, cache_answer_instructions=True)
+    url = serve(scope_per_user=True, cache_answer_instructions=True, **FIXED_LINE)
     attacker, victim = clients(url)
     upstream.state.answers[SHORT_ATTACK] = "Yes."
     assert ask(attacker, SHORT_ATTACK)[1]["x-semcache"] == "miss"
@@ -168,7 +173,7 @@ def test_scope_per_user_reads_the_user_field_within_one_api_key(
     serve: Callable[..., str], upstream: StandinUpstream, make_client: Callable[..., openai.OpenAI]
 ) -> None:
     """An app that calls semcache with one key names its end users in ``user``."""
-    url = serve(scope_per_user=True, cache_answer_instructions=True)
+    url = serve(scope_per_user=True, cache_answer_instructions=True, **FIXED_LINE)
     app = make_client(url, "sk-shared-app-key")
     upstream.state.answers[SHORT_ATTACK] = "Yes."
     assert ask(app, SHORT_ATTACK, user="mallory")[1]["x-semcache"] == "miss"

@@ -24,7 +24,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from ..verification import Verification, VerificationCase, band_start
 from .base import Hit
 
 _CANDIDATES = 4
+InFlightVerdict = Literal["serve", "verify", "no"]
 _INLINE_TOKENIZE_CHARS = 4_000
 
 
@@ -208,21 +209,43 @@ class SemanticTier:
         self._decide(decision)
         return SemanticResult()
 
-    async def accepts_in_flight(self, key: RequestKey, vector: np.ndarray, candidate: str, similarity: float) -> bool:
+    async def accepts_in_flight(
+        self, key: RequestKey, vector: np.ndarray, candidate: str, similarity: float
+    ) -> InFlightVerdict:
         """Whether a similar request still in flight may answer this one, by the same rules as a
-        stored candidate (it has no entry yet: no learned threshold, no feedback), logged alike."""
+        stored candidate (it has no entry yet: no learned threshold, no feedback), logged alike:
+        "serve", "verify" once its answer is in (under the line, within a synchronous band), or "no"."""
         policy = self.policies.for_namespace(key.namespace)
-        line = self.line(key.namespace, key.language)
+        rule = self.rule(key.namespace, key.language)
+        line = self.budgets.line(key.namespace, key.language, rule)
+        verify = policy.verify if self.verification.available else "off"
+        edge = self.verification.lower_edge(key.namespace, key.language, rule.prior) if verify == "sync" else 1.0
         decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=candidate,
                             similarity=round(similarity, 4), language=key.language, threshold=line)  # fmt: skip
-        if similarity < line:
+        if similarity < min(line, edge):
             reason: str | None = "below the line"
         else:
             query_whole = await self._read_whole(key, key.prompt)
             reason = await self._rejection(policy, key, vector, None, candidate, similarity, decision, query_whole)
-        decision.decision = "hit: a request in flight" if reason is None else f"rejected: {reason}"
-        self._decide(decision)
-        return reason is None
+        verdict: InFlightVerdict = "no" if reason is not None else "serve" if similarity >= line else "verify"
+        if verdict != "verify":  # a verified one is logged once its verdict is in
+            decision.decision = "hit: a request in flight" if verdict == "serve" else f"rejected: {reason}"
+            self._decide(decision)
+        return verdict
+
+    async def verify_in_flight(
+        self, key: RequestKey, candidate: str, answer: str, similarity: float, headers: Mapping[str, str]
+    ) -> bool:
+        """Whether a model approves the answer of a similar request that was in flight (no entry:
+        its verdict is not remembered)."""
+        case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, None, candidate, answer, key.model,
+                                similarity)  # fmt: skip
+        verdict = await self.verification.verify(case, headers)
+        outcome = "hit: a request in flight" if verdict == "yes" else "miss"
+        self._decide(Decision(namespace=key.namespace, query=key.prompt, decision=outcome, candidate=candidate,
+                              similarity=round(similarity, 4), language=key.language,
+                              threshold=self.line(key.namespace, key.language), verification=verdict))  # fmt: skip
+        return verdict == "yes"
 
     async def _rejection(
         self,
