@@ -7,6 +7,7 @@ httpx as clients, and a stand-in upstream (a hostile one that records and obeys 
 - A pass-through route passes on only the methods it needs to read or infer (DELETE
   /v1/models/{model} would delete a fine-tuned model with the operator's key), and those an operator
   lists in passthrough_methods.
+- Every /v1 route a client can call is rate-limited, pass-through calls included.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from pydantic import ValidationError
 
 from semcache.settings import Settings
+from semcache.testing.standin_upstream import StandinUpstream
 from semcache.testing.uvicorn_thread import ThreadedUvicorn
 from testkit.servers import SemcacheProcess
 
@@ -237,3 +239,60 @@ def test_passthrough_methods_are_checked_when_the_settings_load() -> None:
     ]:
         with pytest.raises(ValidationError, match=says):
             Settings(passthrough_methods=wrong)
+
+
+# --- Rate limits on every route -------------------------------------------------------------------
+
+# A request each /v1 operation of the OpenAPI schema takes, that the route would serve; the
+# pass-through's own operations ({path}) by a path of a route passed on.
+CLIENT_CALLS: dict[tuple[str, str], tuple[str, Any]] = {
+    ("POST", "/v1/chat/completions"): (
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "Hi there"}]},
+    ),
+    ("POST", "/v1/responses"): ("/v1/responses", {"model": "m", "input": "Hi there"}),
+    ("POST", "/v1/completions"): ("/v1/completions", {"model": "m", "prompt": "Hi there"}),
+    ("POST", "/v1/embeddings"): ("/v1/embeddings", {"model": "m", "input": "Hi there"}),
+    ("GET", "/v1/models"): ("/v1/models", None),
+    ("POST", "/v1/semcache/feedback"): ("/v1/semcache/feedback", {"id": "chatcmpl-unknown", "correct": False}),
+    ("POST", "/v1/semcache/lookup"): ("/v1/semcache/lookup", {"prompt": "Hi there"}),
+    ("POST", "/v1/semcache/store"): ("/v1/semcache/store", {"prompt": "Hi there", "answer": "Hello"}),
+    ("GET", "/v1/{path}"): ("/v1/models/m", None),
+    ("POST", "/v1/{path}"): ("/v1/moderations", {"input": "Hi there"}),
+    ("PUT", "/v1/{path}"): ("/v1/moderations", {"input": "Hi there"}),  # methods the operator listed count too
+    ("PATCH", "/v1/{path}"): ("/v1/moderations", {"input": "Hi there"}),
+    ("DELETE", "/v1/{path}"): ("/v1/moderations", None),
+}
+
+
+@pytest.fixture(scope="module", params=["true", "false"], ids=["fast-path", "plain"])
+def limited_service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, _standin_server: StandinUpstream
+) -> Iterator[str]:
+    """semcache with a burst of one request per client and next to no refill, the operator's key,
+    and every method passed on to moderations."""
+    service = _serve(
+        tmp_path_factory.mktemp("limited"), _standin_server.base_url, fast_path=request.param,
+        rate_limit_per_s="0.001", rate_limit_burst="1", upstream_api_key=OPERATOR_KEY,
+        passthrough_methods=json.dumps({"moderations": ["PUT", "PATCH", "DELETE"]}),
+    )  # fmt: skip
+    yield service.url
+    service.stop()
+
+
+def test_every_route_a_client_can_call_is_rate_limited(limited_service: str) -> None:
+    schema = httpx.get(f"{limited_service}/openapi.json").json()
+    operations = {(method.upper(), path) for path, item in schema["paths"].items() if path.startswith("/v1/")
+                  for method in item}  # fmt: skip
+    assert operations == set(CLIENT_CALLS), "a /v1 route without a rate-limit check here"
+    unlimited = []
+    for number, ((method, _), (path, body)) in enumerate(sorted(CLIENT_CALLS.items())):
+        headers = {"X-Semcache-Namespace": f"client-{number}"}  # a client each: without API keys, a bucket each
+        first = httpx.request(method, f"{limited_service}{path}", json=body, headers=headers)
+        second = httpx.request(method, f"{limited_service}{path}", json=body, headers=headers)
+        assert first.status_code != 429, (method, path, first.text)
+        if second.status_code != 429:
+            unlimited.append(f"{method} {path}: {second.status_code}")
+            continue
+        assert second.json()["error"]["code"] == "rate_limit_exceeded" and int(second.headers["retry-after"]) >= 1
+    assert unlimited == []

@@ -21,7 +21,7 @@ from starlette.background import BackgroundTask
 
 from ..protocols import RelayRequest
 from ..settings import PASSTHROUGH_METHODS
-from .routes import admit, namespace_of, upstream_of
+from .routes import admitted_namespace, upstream_of
 from .served import PASS_THROUGH_TAG, not_found, refusal
 
 passthrough_router = APIRouter(tags=[PASS_THROUGH_TAG])
@@ -38,8 +38,7 @@ async def passthrough(path: str, request: Request) -> Any:
         raise not_found(request.app, settings, full_path)
     if request.method not in settings.passthrough_methods_of(segments[0]):
         raise refusal(request.app, settings, request.method, full_path)
-    namespace = namespace_of(request)
-    admit(request, namespace)  # with API keys configured, only their holders may pass
+    namespace = admitted_namespace(request)  # with API keys configured, only their holders may pass
     return await relay(request, f"/{path}", namespace, segments[0], await request.body())
 
 
