@@ -8,12 +8,14 @@ httpx as clients, and a stand-in upstream (a hostile one that records and obeys 
   /v1/models/{model} would delete a fine-tuned model with the operator's key), and those an operator
   lists in passthrough_methods.
 - Every /v1 route a client can call is rate-limited, pass-through calls included.
+- A legacy prompt's closing marks, in any script, and its leading newlines stay in its key.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -296,3 +298,51 @@ def test_every_route_a_client_can_call_is_rate_limited(limited_service: str) -> 
             continue
         assert second.json()["error"]["code"] == "rate_limit_exceeded" and int(second.headers["retry-after"]) >= 1
     assert unlimited == []
+
+
+# --- What legacy completions keep in their key ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cache_service(tmp_path_factory: pytest.TempPathFactory, _standin_server: StandinUpstream) -> Iterator[str]:
+    service = _serve(tmp_path_factory.mktemp("cache"), _standin_server.base_url)
+    yield service.url
+    service.stop()
+
+
+@pytest.fixture
+def client(cache_service: str) -> Iterator[openai.OpenAI]:
+    """An SDK client in a namespace of its own: nothing stored by another test reaches it."""
+    namespace = {"X-Semcache-Namespace": f"t-{uuid.uuid4().hex[:12]}"}
+    with _sdk(f"{cache_service}/v1", default_headers=namespace) as sdk:
+        yield sdk
+
+
+# Prompts a continuation differs after: each pair must not share an answer.
+CONTINUED_DIFFERENTLY = [
+    ("今天天气很好。", "今天天气很好！"),
+    ("明天会下雨吗。", "明天会下雨吗？"),
+    ("Story:\n今天天气很好。", "Story:\n今天天气很好！"),
+    ("The weather is fine!", "The weather is fine！"),  # a full-width mark
+    ("هل الجو جميل اليوم؟", "هل الجو جميل اليوم."),
+    ("مرحبا بكم،", "مرحبا بكم,"),
+    ("आज मौसम अच्छा है।", "आज मौसम अच्छा है."),
+    ("Once upon a time there was a king.", "\n\nOnce upon a time there was a king."),
+    ("\nOnce upon a time there was a queen.", "\r\nOnce upon a time there was a queen."),
+]
+
+
+def test_a_legacy_prompts_closing_marks_and_leading_newlines_stay_in_its_key(
+    client: openai.OpenAI, upstream: StandinUpstream
+) -> None:
+    merged = []
+    for first, second in CONTINUED_DIFFERENTLY:
+        for prompt in (first, second):
+            raw = client.completions.with_raw_response.create(model="gpt-3.5-turbo-instruct", prompt=prompt)
+            if prompt is second and raw.headers["x-semcache"] == "hit":
+                merged.append((first, second))
+        again = client.completions.with_raw_response.create(model="gpt-3.5-turbo-instruct", prompt=second)
+        assert again.headers["x-semcache"] == "hit"  # the same prompt, as written, still hits
+    assert merged == []
+    asked = [call["json"]["prompt"] for call in upstream.calls if call["path"] == "/v1/completions"]
+    assert asked == [prompt for pair in CONTINUED_DIFFERENTLY for prompt in pair]
