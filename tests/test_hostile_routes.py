@@ -9,6 +9,8 @@ httpx as clients, and a stand-in upstream (a hostile one that records and obeys 
   lists in passthrough_methods.
 - Every /v1 route a client can call is rate-limited, pass-through calls included.
 - A legacy prompt's closing marks, in any script, and its leading newlines stay in its key.
+- A request that asks for live data (search options, a search tool, a model that searches)
+  bypasses the cache, in chat, the Responses API and legacy completions.
 """
 
 from __future__ import annotations
@@ -346,3 +348,73 @@ def test_a_legacy_prompts_closing_marks_and_leading_newlines_stay_in_its_key(
     assert merged == []
     asked = [call["json"]["prompt"] for call in upstream.calls if call["path"] == "/v1/completions"]
     assert asked == [prompt for pair in CONTINUED_DIFFERENTLY for prompt in pair]
+
+
+# --- Requests that ask for live data --------------------------------------------------------------
+
+FUNCTION_TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+LIVE_CHAT: list[dict[str, Any]] = [
+    {"web_search_options": {}},
+    {"web_search_options": {"search_context_size": "low"}},
+    {"tools": [{"type": "web_search_preview"}]},
+    {"tools": [FUNCTION_TOOL, {"type": "web_search"}]},
+    {"model": "gpt-4o-search-preview"},
+    {"model": "openai/gpt-4o:online"},
+    {"extra_body": {"search_parameters": {"mode": "auto"}}},
+    {"extra_body": {"plugins": [{"id": "web"}]}},
+    {"web_search_options": {}, "stream": True},
+]
+
+
+def test_chat_that_asks_for_live_data_bypasses_the_cache(client: openai.OpenAI, upstream: StandinUpstream) -> None:
+    cached = []
+    for number, fields in enumerate(LIVE_CHAT):
+        request = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"What is the news today, {number}?"}],
+                   **fields}  # fmt: skip
+        outcomes = []
+        for _ in range(2):
+            raw = client.chat.completions.with_raw_response.create(**request)
+            outcomes.append(raw.headers["x-semcache"])
+            answer = raw.parse()
+            if fields.get("stream"):
+                list(answer)
+        if outcomes != ["bypass", "bypass"]:
+            cached.append((fields, outcomes))
+    assert cached == []
+    assert upstream.chat_calls() == 2 * len(LIVE_CHAT)
+    plain = {"model": "gpt-4o", "messages": [{"role": "user", "content": "What is a haiku?"}]}
+    outcomes = [client.chat.completions.with_raw_response.create(**plain).headers["x-semcache"] for _ in range(2)]
+    assert outcomes == ["miss", "hit"]  # the same question without search is cached
+
+
+LIVE_RESPONSES: list[dict[str, Any]] = [
+    {"extra_body": {"web_search_options": {}}},
+    {"model": "gpt-4o-search-preview"},
+    {"tools": [{"type": "web_search_preview_2025_03_11"}]},
+    {"tools": [{"type": "web_search"}]},
+]
+LIVE_COMPLETIONS: list[dict[str, Any]] = [
+    {"extra_body": {"web_search_options": {}}},
+    {"extra_body": {"search_parameters": {"mode": "on"}}},
+    {"model": "gpt-4o-search-preview"},
+]
+
+
+def test_responses_and_legacy_completions_that_ask_for_live_data_bypass_the_cache(
+    client: openai.OpenAI, upstream: StandinUpstream
+) -> None:
+    cached = []
+    for number, fields in enumerate(LIVE_RESPONSES):
+        request = {"model": "gpt-4o", "input": f"What happened in the markets today, {number}?", **fields}
+        outcomes = [client.responses.with_raw_response.create(**request).headers["x-semcache"] for _ in range(2)]
+        if outcomes != ["bypass", "bypass"]:
+            cached.append((fields, outcomes))
+    for number, fields in enumerate(LIVE_COMPLETIONS):
+        request = {"model": "gpt-3.5-turbo-instruct", "prompt": f"Today's headlines, {number}:", **fields}
+        outcomes = [client.completions.with_raw_response.create(**request).headers["x-semcache"] for _ in range(2)]
+        if outcomes != ["bypass", "bypass"]:
+            cached.append((fields, outcomes))
+    assert cached == []
+    paths = [call["path"] for call in upstream.calls]
+    assert paths.count("/v1/responses") == 2 * len(LIVE_RESPONSES)
+    assert paths.count("/v1/completions") == 2 * len(LIVE_COMPLETIONS)
