@@ -10,6 +10,7 @@
     │                                  or /admin asked from another site or machine without the key
     ├── RateLimited               429  the client's token bucket is empty (with Retry-After)
     ├── NotFound                  404
+    ├── MethodNotAllowed          405  a path semcache serves, or passes on, asked with another method
     ├── NotReady                  503  the model or the index is still loading
     ├── StoreUnavailable          503  the store cannot be reached (Redis) or written (a full disk)
     └── UpstreamError             the upstream failed; status mirrors what the client should see
@@ -94,6 +95,14 @@ class NotFound(SemcacheError):
     status_code = 404
     error_type = "invalid_request_error"
     code = "not_found"
+
+
+class MethodNotAllowed(SemcacheError):
+    """Carries the ``Allow`` header, which names the methods the path takes."""
+
+    status_code = 405
+    error_type = "invalid_request_error"
+    code = "method_not_allowed"
 
 
 class NotReady(SemcacheError):

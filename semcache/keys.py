@@ -115,6 +115,37 @@ def bypass_reason(
     return None
 
 
+# Tools the client runs itself; any other kind (web_search, web_search_preview, browser_search,
+# google_search, ...) the upstream runs, and the answer is built from what it fetched.
+_CLIENT_TOOLS = ("function", "custom")
+
+
+def live_data_reason(request: ChatCompletionRequest) -> str | None:
+    """Why a request asks for an answer built from live data (a web search), or None: search options
+    (``web_search_options``, ``search_parameters``, ... even ``{}``), a tool the upstream runs itself,
+    a model that always searches (``gpt-4o-search-preview``, OpenRouter's ``:online``) or a web
+    plugin. Such an answer is only true now: the request bypasses the cache, in every API."""
+    found = _live_data(request)
+    return None if found is None else f"asks for live data: {found}"
+
+
+def _live_data(request: ChatCompletionRequest) -> str | None:
+    for name, value in (request.model_extra or {}).items():
+        if "search" in name.lower() and value is not None and value is not False:
+            return name
+    for tool in request.tools or ():
+        kind = tool.get("type", "function" if "function" in tool else None)
+        if kind not in _CLIENT_TOOLS:
+            return f"a tool the upstream runs: {str(kind)[:64]!r}"
+    model = request.model.lower()
+    if "search" in model or model.endswith(":online"):
+        return f"model {request.model[:64]!r} searches the web"
+    plugins = (request.model_extra or {}).get("plugins")
+    if isinstance(plugins, list) and any(isinstance(p, dict) and p.get("id") == "web" for p in plugins):
+        return "the web plugin"
+    return None
+
+
 def request_key(
     request: ChatCompletionRequest,
     namespace: str,

@@ -35,6 +35,7 @@ from .keys import (
     cache_api_key,
     consulted_tools,
     conversation_text,
+    live_data_reason,
     message_text,
     reads_standalone,
     request_key,
@@ -193,7 +194,7 @@ class Pipeline:
         # Only chat's own request can be trimmed: another API's goes upstream as the client sent it.
         trim = self.trim_oldest_turns and dialect.api == "chat"
         request = fit_context(request, self.tokens, self.context_limits.get(request.model), trim)
-        reason = await self._bypass_reason(request)
+        reason = live_data_reason(request) or await self._bypass_reason(request)
         per_user = self.policies.for_namespace(namespace).scope_per_user
         user = controls.user if per_user else None
         if reason is None and per_user and user is None:

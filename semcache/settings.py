@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -63,6 +63,21 @@ ACCOUNT_ROUTES = (
     "responses",
     "conversations",
 )
+# The first segments of OpenAI's own /v1 routes, besides chat: a 404 on one of them says that an
+# operator can pass it on; any other unknown path gets the nearest path semcache serves instead.
+OPENAI_ROUTES = (*DEFAULT_PASSTHROUGH_ROUTES, *ACCOUNT_ROUTES, "realtime", "evals", "containers", "videos",
+                 "chatkit", "organization")  # fmt: skip
+# The methods each pass-through route needs to read or infer: nothing else is passed on unless an
+# operator lists it in passthrough_methods (DELETE /v1/models/{model} deletes a fine-tuned model).
+# Account routes read with GET: their POSTs create and their DELETEs remove, on whoever's key goes upstream.
+PASSTHROUGH_READ_METHODS: dict[str, tuple[str, ...]] = {
+    "models": ("GET",),
+    **dict.fromkeys(("embeddings", "completions", "moderations", "audio", "images"), ("POST",)),
+    **dict.fromkeys(ACCOUNT_ROUTES, ("GET",)),
+}
+# A route semcache does not know (an upstream's own, such as vLLM's) reads with GET and infers with POST.
+OTHER_ROUTE_METHODS = ("GET", "POST")
+PASSTHROUGH_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # The longest lifetime an entry may be given, by the ttl setting or a request's X-Semcache-TTL:
 # ten years, far inside what every store can count in milliseconds.
 MAX_TTL_S = 315_360_000
@@ -182,6 +197,13 @@ class Settings(BaseSettings):
         "cached (comma-separated): by default the stateless inference routes. Account routes ("
         + ", ".join(ACCOUNT_ROUTES)
         + ") would act on the operator's account with upstream_api_key set: add them only knowingly.",
+    )
+    passthrough_methods: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="More methods a pass-through route passes on, per route, beyond those it needs to read or "
+        "infer (models: GET; embeddings, completions, moderations, audio, images: POST; account routes: GET; "
+        "any other route: GET and POST); any other method is a 405. E.g. {'files': ['POST', 'DELETE']}: "
+        "with upstream_api_key, every client may then do it on the operator's account.",
     )
     max_answer_bytes: int = Field(
         1_000_000,
@@ -417,9 +439,38 @@ class Settings(BaseSettings):
     @classmethod
     def _route_names(cls, value: list[str]) -> list[str]:
         for route in value:
-            if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", route) or route in ("chat", "semcache"):
-                raise ValueError(f"{route!r} is not a /v1 route semcache can pass on (e.g. 'moderations')")
+            _check_route_name(route)
         return value
+
+    @field_validator("passthrough_methods")
+    @classmethod
+    def _method_names(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        methods = {}
+        for route, names in value.items():
+            _check_route_name(route)
+            upper = [name.upper() for name in names]
+            for name in upper:
+                if name not in PASSTHROUGH_METHODS:
+                    allowed = ", ".join(PASSTHROUGH_METHODS)
+                    raise ValueError(f"{name!r} for {route!r}: a pass-through method is one of {allowed}")
+            methods[route] = upper
+        return methods
+
+    @model_validator(mode="after")
+    def _methods_of_routes_passed_on(self) -> Settings:
+        for route in self.passthrough_methods:
+            if route not in self.passthrough_routes:
+                raise ValueError(f"passthrough_methods names {route!r}, which passthrough_routes does not list")
+        return self
+
+    def passthrough_methods_of(self, route: str) -> tuple[str, ...]:
+        """The methods pass-through ``route`` passes on: those it needs to read or infer, and those an
+        operator added (``passthrough_methods``); none when it is not in ``passthrough_routes``."""
+        if route not in self.passthrough_routes:
+            return ()
+        needed = PASSTHROUGH_READ_METHODS.get(route, OTHER_ROUTE_METHODS)
+        added = self.passthrough_methods.get(route, [])
+        return tuple(method for method in PASSTHROUGH_METHODS if method in needed or method in added)
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
@@ -460,6 +511,11 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         _reject_unknown(dict.fromkeys(init_settings()), "")
         return init_settings, env_settings, _OldEnvNames(settings_cls), _YamlFileSource(settings_cls, init_settings)
+
+
+def _check_route_name(route: str) -> None:
+    if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", route) or route in ("chat", "semcache"):
+        raise ValueError(f"{route!r} is not a /v1 route semcache can pass on (e.g. 'moderations')")
 
 
 def _closest_setting(name: str) -> str | None:

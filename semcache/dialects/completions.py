@@ -3,17 +3,18 @@
 A request whose ``prompt`` is one text is looked up as a chat request in scopes of its own (an
 answer is never served across APIs): the prompt's last line as the user message, the lines before
 it as a system message, which must match exactly. A text is continued from its very last character,
-so what the exact tier's normalisation would merge (the whitespace around the last line, a closing
-"?") is part of the scope too, and only a prompt that ends a sentence may be served a paraphrase's
-answer: "Roses are red, violets are" wants another continuation than "... violets are blue,". Anything else (token ids,
-several prompts, ``echo``, log probabilities, ``best_of``) goes upstream and is not cached.
+so what the exact tier's normalisation would merge (the whitespace around the last line, leading
+newlines, its closing marks in any script) is part of the scope too, and only a prompt that ends a
+sentence may be served a paraphrase's answer: "Roses are red, violets are" wants another
+continuation than "... violets are blue,". Anything else (token ids, several prompts, ``echo``, log
+probabilities, ``best_of``) goes upstream and is not cached.
 """
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
+import unicodedata
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,8 +26,9 @@ from .untrusted import dicts_of, fits, is_first_choice, utf8_bytes
 
 # Fields that go upstream but shape nothing in the answer, or that the chat view reads another way.
 _OUT_OF_SCOPE = {"prompt", "user"}
-# The mark that ends a sentence, in Latin or CJK writing.
-_ENDS_A_SENTENCE = re.compile(r"[.?!。？！]$")
+# The marks that end a sentence: Latin, CJK (full and half width), Arabic and Urdu, Devanagari,
+# Armenian, Ethiopic, Myanmar, Khmer, Tibetan, the Greek question mark, and the doubled forms.
+_SENTENCE_ENDS = ".?!。？！｡．؟۔।॥։።፧။។៕།;‼⁇⁈⁉﹒﹖﹗"
 
 
 class CompletionsDialect:
@@ -152,13 +154,19 @@ class StreamedCompletion:
 
 
 def _continued_from(prompt: str) -> tuple[dict[str, Any], bool]:
-    """What the exact tier's normalisation of the last line would drop, and whether the prompt ends
-    a sentence (only then may a paraphrase's answer do)."""
+    """What the exact tier's normalisation of the prompt's last line would merge, kept as written:
+    the whitespace before it (leading newlines of a one-line prompt too) and after the prompt, and
+    its closing marks (punctuation of any script: "。" is not "！", nor "!" its full-width form).
+    And whether the prompt ends a sentence: only then may a paraphrase's answer do."""
     ended = prompt.rstrip()
-    last = ended.rpartition("\n")[2]
-    semantic = bool(_ENDS_A_SENTENCE.search(ended))
-    lead, tail = last[: len(last) - len(last.lstrip())], prompt[len(ended) :]
-    return {"lead": lead, "tail": tail, "question": ended.endswith("?"), "semantic": semantic}, semantic
+    context, _, last = ended.rpartition("\n")
+    text = last if context.strip() else ended  # the user message of the chat view, as _as_messages makes it
+    lead, tail = text[: len(text) - len(text.lstrip())], prompt[len(ended) :]
+    marks = len(ended)
+    while marks and unicodedata.category(ended[marks - 1]).startswith("P"):
+        marks -= 1
+    semantic = ended[-1:] in tuple(_SENTENCE_ENDS)
+    return {"lead": lead, "tail": tail, "marks": ended[marks:], "semantic": semantic}, semantic
 
 
 def _as_messages(prompt: str) -> list[dict[str, str]]:

@@ -16,7 +16,7 @@ from ..errors import Forbidden, InvalidRequest, Unauthorized, UnsupportedMediaTy
 from ..pipeline import Pipeline
 from .access import bearer_token, same_secret, validate_namespace
 from .limits import BoundedJsonRoute, declares_json
-from .routes import namespace_of, pipeline_of
+from .routes import admitted_namespace, pipeline_of
 
 feedback_router = APIRouter(tags=["feedback"], route_class=BoundedJsonRoute)
 
@@ -254,5 +254,5 @@ async def decisions(
 @feedback_router.post("/v1/semcache/feedback", summary="Report a served cache hit as correct or wrong")
 async def feedback(body: Feedback, request: Request) -> dict[str, Any]:
     pipeline = pipeline_of(request)
-    served = await pipeline.feedback(body.id, namespace_of(request), body.correct)
+    served = await pipeline.feedback(body.id, admitted_namespace(request), body.correct)
     return {"id": body.id, "recorded": True, "correct": body.correct, "tier": served.tier}

@@ -144,6 +144,11 @@ def create_app(
     if account and settings.upstream_api_key:
         log.warning("passthrough_routes lets every client use %s on the operator's upstream account "
                     "(SEMCACHE_UPSTREAM_API_KEY)", ", ".join(account))  # fmt: skip
+    if settings.passthrough_methods and settings.upstream_api_key:
+        methods = settings.passthrough_methods.items()
+        added = "; ".join(f"{', '.join(names)} on /v1/{route}" for route, names in methods)
+        log.warning("passthrough_methods lets every client send %s with the operator's upstream key "
+                    "(SEMCACHE_UPSTREAM_API_KEY)", added)  # fmt: skip
     return app
 
 

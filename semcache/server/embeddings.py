@@ -10,7 +10,7 @@ from ..embedding_cache import EmbeddingCache, parse_embedding_request
 from ..errors import NotReady
 from .limits import BoundedJsonRoute
 from .rendering import json_response
-from .routes import admit, namespace_of, request_controls, upstream_of
+from .routes import admitted_namespace, request_controls, upstream_of
 
 embeddings_router = APIRouter(route_class=BoundedJsonRoute)
 
@@ -31,8 +31,7 @@ def embedding_cache_of(request: Request) -> EmbeddingCache:
     tags=["embeddings"],
 )
 async def create_embeddings(request: Request) -> Response:
-    namespace = namespace_of(request)
-    admit(request, namespace)
+    namespace = admitted_namespace(request)
     upstream_of(request)  # a 503 while the local model loads
     cache = embedding_cache_of(request)
     body = parse_embedding_request(await request.json())

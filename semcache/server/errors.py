@@ -14,6 +14,7 @@ from starlette.requests import ClientDisconnect
 
 from ..errors import SemcacheError, openai_error_body
 from ..logs import REQUEST_ID_HEADER, current_request_id
+from .served import refusal
 
 log = logging.getLogger("semcache.server")
 
@@ -74,6 +75,10 @@ def install_error_handlers(app: FastAPI) -> None:
         if isinstance(exc.__cause__, SemcacheError):
             # FastAPI wraps whatever the body parser raised (wire.parse_json_body) in a generic 400.
             return error_response(exc.__cause__)
+        state = getattr(request.app.state, "semcache", None)
+        unrouted = exc.status_code == 405 or (exc.status_code == 404 and "route" not in request.scope)
+        if unrouted and state is not None:  # no route serves this path, or not with this method
+            return error_response(refusal(request.app, state.settings, request.method, request.url.path))
         error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return JSONResponse(
             openai_error_body(str(exc.detail), error_type, None),

@@ -4,9 +4,10 @@ Only the routes in ``passthrough_routes`` are: by default the stateless inferenc
 embeddings, completions, moderations, audio, images). Embeddings reach this route only with
 ``cache_embeddings`` off; on, ``server/embeddings.py`` caches them. Account routes (files, batches, fine-tuning,
 assistants, vector stores) act on whoever's key goes upstream, the operator's with
-``upstream_api_key``, so they pass only when an operator lists them. Each relayed request takes the
-same auth, namespace and rate limit as chat, and its errors come back scrubbed of secrets, as chat's
-do.
+``upstream_api_key``, so they pass only when an operator lists them. Each route passes on only the
+methods it needs to read or infer, and those an operator adds (``passthrough_methods``): any other
+is a 405, never a deletion on the operator's account. Each relayed request takes the same auth,
+namespace and rate limit as chat, and its errors come back scrubbed of secrets, as chat's do.
 """
 
 from __future__ import annotations
@@ -18,28 +19,26 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
-from ..errors import NotFound
 from ..protocols import RelayRequest
-from .routes import admit, namespace_of, upstream_of
+from ..settings import PASSTHROUGH_METHODS
+from .routes import admitted_namespace, upstream_of
+from .served import PASS_THROUGH_TAG, not_found, refusal
 
-passthrough_router = APIRouter(tags=["pass-through"])
+passthrough_router = APIRouter(tags=[PASS_THROUGH_TAG])
 
 # A path below /v1 that stays there: segments of plain characters, never "." or "..".
 _SEGMENT = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-:=]*")
 
 
 async def passthrough(path: str, request: Request) -> Any:
-    state = request.app.state.semcache
+    settings = request.app.state.semcache.settings
+    full_path = f"/v1/{path}"
     segments = path.split("/")
     if not all(_SEGMENT.fullmatch(segment) and segment not in (".", "..") for segment in segments):
-        raise NotFound(f"no route /v1/{path}", code="unknown_route")
-    if segments[0] not in state.settings.passthrough_routes:
-        raise NotFound(
-            f"semcache does not serve or pass on /v1/{segments[0]}; an operator can add it to passthrough_routes",
-            code="unknown_route",
-        )
-    namespace = namespace_of(request)
-    admit(request, namespace)  # with API keys configured, only their holders may pass
+        raise not_found(request.app, settings, full_path)
+    if request.method not in settings.passthrough_methods_of(segments[0]):
+        raise refusal(request.app, settings, request.method, full_path)
+    namespace = admitted_namespace(request)  # with API keys configured, only their holders may pass
     return await relay(request, f"/{path}", namespace, segments[0], await request.body())
 
 
@@ -69,11 +68,12 @@ async def relay(request: Request, path: str, namespace: str, route: str, body: b
     )
 
 
-for _method in ("GET", "POST", "PUT", "PATCH", "DELETE"):  # one operation each, for the OpenAPI schema
+for _method in PASSTHROUGH_METHODS:  # one operation each, for the OpenAPI schema
     passthrough_router.add_api_route(
         "/v1/{path:path}",
         passthrough,
         methods=[_method],
         operation_id=f"passthrough_{_method.lower()}",
-        summary="Any other /v1 route in passthrough_routes, passed on to the upstream (never cached)",
+        summary="Any other /v1 route in passthrough_routes, with the methods it passes on, passed on to the "
+        "upstream (never cached)",
     )

@@ -55,6 +55,14 @@ def admit(request: Request, namespace: str) -> None:
         state.rate_limiter.admit(state.access.rate_limit_key(request.headers.get("authorization"), namespace))
 
 
+def admitted_namespace(request: Request) -> str:
+    """The namespace that the client's key may use (401 or 403 before anything else), once the
+    client's rate limit admitted the request (else a 429). Every /v1 route a client calls takes it."""
+    namespace = namespace_of(request)
+    admit(request, namespace)
+    return namespace
+
+
 def pipeline_of(request: Request) -> Pipeline:
     state = _state(request)
     if state.pipeline is None:
@@ -87,9 +95,7 @@ def admitted(request: Request) -> tuple[float, Pipeline, str]:
     while loading), and the namespace that the client's key may use and whose rate limit it passed."""
     arrived = time.perf_counter()
     pipeline = pipeline_of(request)
-    namespace = namespace_of(request)
-    admit(request, namespace)
-    return arrived, pipeline, namespace
+    return arrived, pipeline, admitted_namespace(request)
 
 
 async def answer(
@@ -132,7 +138,7 @@ async def answer(
 
 @router.get("/v1/models", summary="List the upstream's models")
 async def list_models(request: Request) -> Any:
-    namespace_of(request)  # with API keys configured, only their holders may ask
+    admitted_namespace(request)  # with API keys configured, only their holders may ask
     return await upstream_of(request).list_models(dict(request.headers))
 
 
