@@ -30,8 +30,10 @@ from .settings import (
     OLD_ENV_NAMES,
     Settings,
     SettingsError,
+    invalid_settings,
     read_config_file,
     unknown_environment_variables,
+    unparsable_variable,
 )
 from .stats_report import stats_report
 
@@ -517,12 +519,11 @@ def _settings(values: dict[str, Any]) -> Settings:
     try:
         return Settings(**values)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        _fail(f"invalid settings: {problems}")
+        _fail(invalid_settings(exc, values, lambda name: serve_flags().get(name, f"--{name.replace('_', '-')}")))
     except SettingsError as exc:
         _fail(str(exc))  # already names the file and the line
     except (OSError, ValueError) as exc:
-        _fail(f"cannot read the configuration: {exc}")
+        _fail(unparsable_variable(exc) or f"cannot read the configuration: {exc}")
 
 
 def _fail(message: str) -> NoReturn:
