@@ -173,8 +173,11 @@ class Settings(BaseSettings):
     )
     passthrough_routes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_PASSTHROUGH_ROUTES),
-        description="The /v1 routes besides chat completions passed on to the upstream untouched and never "
-        "cached (comma-separated): by default the stateless inference routes. Account routes ("
+        description="The /v1 routes passed on to the upstream untouched and never cached (comma-separated), by "
+        "the first segment of their path: by default the stateless inference routes. semcache answers POST "
+        "/v1/chat/completions, /v1/responses and /v1/completions, GET /v1/models and, with cache_embeddings, POST "
+        "/v1/embeddings itself, whatever this lists; a name here passes the other paths below it "
+        "(GET /v1/models/{model}, GET /v1/responses/{id}). Account routes ("
         + ", ".join(ACCOUNT_ROUTES)
         + ") would act on the operator's account with upstream_api_key set: add them only knowingly.",
     )
@@ -222,7 +225,12 @@ class Settings(BaseSettings):
 
     # Lookup
     threshold: float = Field(
-        DEFAULT_THRESHOLD, ge=0.0, le=1.0, description="Minimum cosine similarity (0-1) for a semantic hit."
+        DEFAULT_THRESHOLD,
+        ge=0.0,
+        le=1.0,
+        description="The prior decision line (cosine 0-1) for a semantic hit: a namespace's line until it has "
+        "learn_min_labels labels, after which it learns its own within target_error; the line itself with "
+        "learn_threshold off.",
     )
     templates: Path | None = Field(None, description="YAML or JSON file of curated question/answer templates.")
     template_threshold: float = Field(0.92, ge=0.0, le=1.0, description="Minimum cosine for a template match.")

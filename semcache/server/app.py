@@ -42,6 +42,7 @@ from ..upstreams.remote import server_address
 from ..upstreams.resilience import CircuitBreaker, ConcurrencyLimit, ResilientUpstream, RetryPolicy
 from ..verifiers import load_verifier
 from ..wire import ChatCompletionRequest
+from ..wording import counted
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
 from .admin_entries import entries_router
@@ -350,7 +351,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         state.entry_admin = EntryAdmin(store, index, batcher, live_templates, policies, pipeline.clock)
         state.pipeline, state.store, state.evidence_store = pipeline, store, evidence_store
         cleanup.pop_all()  # from here on, _shutdown closes them
-        log.info("semcache is ready: %d entries", len(index))
+        log.info("semcache is ready: %s", counted(len(index), "entry"))
     except asyncio.CancelledError:
         await cleanup.aclose()
         raise

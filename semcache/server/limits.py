@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import BodyTooLarge, InvalidRequest, UnsupportedMediaType
 from ..settings import Settings
 from ..wire import ChatCompletionRequest, parse_json_body
+from ..wording import counted
 
 
 class BodySizeLimit:
@@ -95,7 +96,7 @@ class RequestBounds:
             )
         if request.tools is not None and len(request.tools) > self.max_tools:
             raise InvalidRequest(
-                f"{len(request.tools)} tools, more than the {self.max_tools} allowed", code="too_many_tools"
+                f"{counted(len(request.tools), 'tool')}, more than the {self.max_tools} allowed", code="too_many_tools"
             )
         chars = request.content_chars()
         if chars > self.max_prompt_chars:

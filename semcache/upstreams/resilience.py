@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeVar
 from ..errors import SemcacheError, UpstreamAnswerTooLarge, UpstreamError, UpstreamUnavailable
 from ..observer import NullObserver, Observer
 from ..protocols import Relayed, RelayRequest, Upstream, UpstreamApi
+from ..wording import counted
 
 log = logging.getLogger("semcache.upstream")
 T = TypeVar("T")
@@ -86,7 +87,7 @@ class CircuitBreaker:
         last = f" (the last: {self._last_failure})" if self._last_failure else ""
         raise UpstreamError(
             f"{self.upstream} is failing, so the circuit breaker is open: calls to it fail at once for {wait} s "
-            f"more, after {self._failures} failures in a row{last}",
+            f"more, after {counted(self._failures, 'failure')} in a row{last}",
             status_code=503, code="circuit_open", headers={"Retry-After": str(wait), "X-Should-Retry": "false"},
         )  # fmt: skip
 
@@ -107,8 +108,9 @@ class CircuitBreaker:
             if self._opened_at is None or self._probing:
                 self.opened += 1
                 log.warning(
-                    "%s failed %d times in a row (the last: %s): the circuit breaker is open, and calls to it "
-                    "fail at once for %g s", self.upstream, self._failures, self._last_failure, self.reset_after_s,
+                    "%s failed %s in a row (the last: %s): the circuit breaker is open, and calls to it "
+                    "fail at once for %g s", self.upstream, counted(self._failures, "time"), self._last_failure,
+                    self.reset_after_s,
                 )  # fmt: skip
             self._opened_at = self._clock()
             self._probing = False
