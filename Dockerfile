@@ -13,8 +13,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# The CPU build of torch, from PyTorch's CPU wheel index; PyPI's default build is the CUDA one.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+# The CPU build of torch first, from PyTorch's CPU wheel index: PyPI's Linux torch, pinned or not, is the
+# multi-GB CUDA build. The same line is in the README and the Makefile.
+RUN pip install --extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu
 
 COPY pyproject.toml README.md ./
 COPY clients/python ./clients/python

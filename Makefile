@@ -16,8 +16,9 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml | $(BIN)/python
-	# CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	# The CPU build of torch first, from PyTorch's CPU wheel index (or a local wheel pip is set up to find):
+	# PyPI's Linux torch, pinned or not, is the multi-GB CUDA build. The same line is in the README and Dockerfile.
+	$(BIN)/python -m pip install --quiet --extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu
 	# semcache depends on its client, which lives in clients/python: installed from there, with it.
 	$(BIN)/python -m pip install --quiet -e ./clients/python -e .
 	touch $@

@@ -32,10 +32,13 @@ from .settings import (
     OLD_ENV_NAMES,
     Settings,
     SettingsError,
+    invalid_settings,
     read_config_file,
     unknown_environment_variables,
+    unparsable_variable,
 )
 from .stats_report import stats_report
+from .wording import counted
 
 app = typer.Typer(
     help="semcache: a semantic cache in front of OpenAI-compatible chat APIs.",
@@ -64,7 +67,10 @@ def serve(
         Path | None, typer.Option(help="Template file, YAML or JSON. (env SEMCACHE_TEMPLATES)")
     ] = None,
     threshold: Annotated[
-        float | None, typer.Option(help="Minimum cosine (0-1) for a semantic hit. (env SEMCACHE_THRESHOLD)")
+        float | None,
+        typer.Option(
+            help="Prior line (cosine 0-1) for a semantic hit; each namespace learns its own. (env SEMCACHE_THRESHOLD)"
+        ),
     ] = None,
     ttl_s: Annotated[
         float | None,
@@ -295,12 +301,28 @@ def _secrets(settings: Settings, client_keys: list[str]) -> list[str | None]:
     return [*settings.secrets(), *client_keys]
 
 
+_URL_HELP = (
+    "Base URL of a running semcache; default: this machine, at the port in SEMCACHE_PORT (else 8080), as "
+    "semcache serve listens."
+)
+
+
+def local_service_url() -> str:
+    """Where ``semcache serve`` listens with the same environment: SEMCACHE_HOST (a loopback address
+    for one that listens on every interface) and SEMCACHE_PORT, else 127.0.0.1:8080."""
+    host = os.environ.get(f"{ENV_PREFIX}HOST", "").strip() or "127.0.0.1"
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1" if host == "0.0.0.0" else "::1"
+    port = os.environ.get(f"{ENV_PREFIX}PORT", "").strip() or "8080"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 @app.command(
     epilog="Examples: semcache stats --url http://127.0.0.1:8080 | semcache stats --watch --interval 5 | "
     "semcache stats --json"
 )
 def stats(
-    url: Annotated[str, typer.Option(help="Base URL of a running semcache.")] = "http://127.0.0.1:8080",
+    url: Annotated[str | None, typer.Option(help=_URL_HELP, show_default=False)] = None,
     key: Annotated[
         str | None,
         typer.Option(
@@ -319,6 +341,7 @@ def stats(
     count: Annotated[int | None, typer.Option(min=1, help="With --watch: stop after this many refreshes.")] = None,
 ) -> None:
     """Show hit rates, latency percentiles, savings and top namespaces of a running service."""
+    url = url or local_service_url()
     if watch:
         _watch_stats(url, key, interval, count, as_json)
         return
@@ -415,7 +438,20 @@ _VERIFY_HELP = (
 app.add_typer(eval_app, name="eval")
 
 
-@eval_app.command("pairs", epilog="Example: semcache eval pairs ../shared/data/qqp_dev.jsonl --plot qqp.png")
+_PAIRS_SYNOPSIS = (
+    "semcache eval pairs FILE.jsonl [--threshold T] [--guards a,b|none] [--target-precision 0.95] [--config FILE] "
+    "[--plot curve.png] [--json]"
+)
+_TRACE_SYNOPSIS = (
+    "semcache eval trace FILE.jsonl [--learn|--static] [--threshold T] [--guards a,b|none] [--feedback-rate R] "
+    "[--seed N] [--config FILE] [--plot sweep.png] [--json]"
+)
+
+
+@eval_app.command(
+    "pairs",
+    epilog=f"In full: {_PAIRS_SYNOPSIS}\n\nExample: semcache eval pairs ../shared/data/qqp_dev.jsonl --plot qqp.png",
+)
 def eval_pairs(
     file: Annotated[Path, typer.Argument(help="JSONL of {q1, q2, duplicate}; an optional 'source' splits the report.")],
     threshold: Annotated[float | None, typer.Option(help="Override the configured threshold.")] = None,
@@ -449,7 +485,10 @@ def eval_pairs(
         console.print(pairs_table(report))
 
 
-@eval_app.command("trace", epilog="Example: semcache eval trace ../shared/data/trace_qqp_dev.jsonl")
+@eval_app.command(
+    "trace",
+    epilog=f"In full: {_TRACE_SYNOPSIS}\n\nExample: semcache eval trace ../shared/data/trace_qqp_dev.jsonl --static",
+)
 def eval_trace(
     file: Annotated[Path, typer.Argument(help="JSONL of {prompt, cluster, duplicate_of} in arrival order.")],
     threshold: Annotated[float | None, typer.Option(help="Override the configured threshold.")] = None,
@@ -552,12 +591,11 @@ def _settings(values: dict[str, Any]) -> Settings:
     try:
         return Settings(**values)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        _fail(f"invalid settings: {problems}")
+        _fail(invalid_settings(exc, values, lambda name: serve_flags().get(name, f"--{name.replace('_', '-')}")))
     except SettingsError as exc:
         _fail(str(exc))  # already names the file and the line
     except (OSError, ValueError) as exc:
-        _fail(f"cannot read the configuration: {exc}")
+        _fail(unparsable_variable(exc) or f"cannot read the configuration: {exc}")
 
 
 def _fail(message: str) -> NoReturn:
@@ -642,7 +680,7 @@ admin_app = typer.Typer(
 )
 app.add_typer(admin_app, name="admin")
 
-UrlOption = Annotated[str, typer.Option("--url", help="Base URL of a running semcache.")]
+UrlOption = Annotated[str | None, typer.Option("--url", help=_URL_HELP, show_default=False)]
 AdminKeyOption = Annotated[
     str | None,
     typer.Option(
@@ -654,14 +692,13 @@ AdminKeyOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")]
 NamespaceOption = Annotated[str | None, typer.Option(help="Only this namespace.")]
 TextOption = Annotated[str | None, typer.Option(help="Prompt or answer contains this (case-insensitive).")]
-_DEFAULT_URL = "http://127.0.0.1:8080"
 
 
 class _AdminClient:
     """The /admin API over HTTP; every failure becomes a one-line error and exit code 2."""
 
-    def __init__(self, url: str, admin_key: str | None, timeout_s: float = 600.0) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, url: str | None, admin_key: str | None, timeout_s: float = 600.0) -> None:
+        self.url = (url or local_service_url()).rstrip("/")
         headers = {"Authorization": f"Bearer {admin_key}"} if admin_key else {}
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
@@ -712,7 +749,7 @@ def admin_entries(
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Entries per page.")] = 50,
     cursor: Annotated[str | None, typer.Option(help="The next page: the cursor the previous page printed.")] = None,
     max_chars: Annotated[int, typer.Option(min=0, help="Cut prompts and answers; 0: whole.")] = 60,
-    url: UrlOption = _DEFAULT_URL,
+    url: UrlOption = None,
     admin_key: AdminKeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -751,7 +788,7 @@ def admin_delete(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be deleted.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-    url: UrlOption = _DEFAULT_URL,
+    url: UrlOption = None,
     admin_key: AdminKeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -768,21 +805,22 @@ def admin_delete(
                 typer.echo(json.dumps(preview, indent=2))
                 return
             console.print(_entries_table(preview["data"], semantic=query is not None))
-            console.print(f"{preview['matched']} entries match.")
+            matched = preview["matched"]
+            console.print(f"{counted(matched, 'entry')} {'matches' if matched == 1 else 'match'}.")
             if dry_run or not preview["matched"]:
                 return
-            typer.confirm(f"Delete {preview['matched']} entries?", abort=True)
+            typer.confirm(f"Delete {counted(preview['matched'], 'entry')}?", abort=True)
         result = client.call("POST", "/admin/entries/delete", json={**body, "limit": 0})
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
-        console.print(f"deleted {result['deleted']} entries")
+        console.print(f"deleted {counted(result['deleted'], 'entry')}")
 
 
 @admin_app.command("flush", epilog="Example: semcache admin flush --yes --url http://127.0.0.1:8080")
 def admin_flush(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-    url: UrlOption = _DEFAULT_URL,
+    url: UrlOption = None,
     admin_key: AdminKeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -790,18 +828,18 @@ def admin_flush(
     if not yes:
         if as_json:
             _fail("--json needs --yes: a script cannot answer the confirmation")
-        typer.confirm(f"Delete every entry of {url}?", abort=True)
+        typer.confirm(f"Delete every entry of {url or local_service_url()}?", abort=True)
     with _AdminClient(url, admin_key) as client:
         result = client.call("POST", "/admin/flush", json={"confirm": True})
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
-        console.print(f"deleted {result['deleted']} entries")
+        console.print(f"deleted {counted(result['deleted'], 'entry')}")
 
 
 @admin_app.command("reload-templates", epilog="Example: semcache admin reload-templates --url http://127.0.0.1:8080")
 def admin_reload_templates(
-    url: UrlOption = _DEFAULT_URL, admin_key: AdminKeyOption = None, as_json: JsonOption = False
+    url: UrlOption = None, admin_key: AdminKeyOption = None, as_json: JsonOption = False
 ) -> None:
     """Re-read the server's --templates file and serve it at once (a bad file changes nothing)."""
     with _AdminClient(url, admin_key) as client:
@@ -810,7 +848,8 @@ def admin_reload_templates(
         typer.echo(json.dumps(result, indent=2))
         return
     shared = " and shared with the other replicas" if result.get("shared") else ""
-    console.print(f"reloaded {result['templates']} templates ({result['phrasings']} phrasings){shared}")
+    phrasings = counted(result["phrasings"], "phrasing")
+    console.print(f"reloaded {counted(result['templates'], 'template')} ({phrasings}){shared}")
 
 
 @admin_app.command(
@@ -827,7 +866,7 @@ def admin_export(
     vectors: Annotated[
         bool, typer.Option("--vectors", help="Include vectors, so an import with the same model skips embedding.")
     ] = False,
-    url: UrlOption = _DEFAULT_URL,
+    url: UrlOption = None,
     admin_key: AdminKeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -838,7 +877,7 @@ def admin_export(
     if as_json:
         typer.echo(json.dumps({"exported": count, "file": file}))
     elif file != "-":
-        console.print(f"exported {count} entries to {file}")
+        console.print(f"exported {counted(count, 'entry')} to {file}")
 
 
 def _export_to(client: _AdminClient, file: str, params: dict[str, Any]) -> int:
@@ -853,13 +892,14 @@ def _export_to(client: _AdminClient, file: str, params: dict[str, Any]) -> int:
                 task = progress.add_task("exporting", total=None)
                 for line in response.iter_lines():
                     if line.startswith('{"error"'):
-                        _fail(f"the export stopped after {count} entries: {json.loads(line)['error']['message']}")
+                        problem = json.loads(line)["error"]["message"]
+                        _fail(f"the export stopped after {counted(count, 'entry')}: {problem}")
                     if line:
                         out.write(line + "\n")
                         count += 1
                         progress.update(task, completed=count, description=f"exported {count}")
     except httpx.HTTPError as exc:
-        _fail(f"the export from {client.url} failed after {count} entries: {exc}")
+        _fail(f"the export from {client.url} failed after {counted(count, 'entry')}: {exc}")
     except OSError as exc:
         _fail(f"cannot write {file}: {exc}")
     return count
@@ -878,7 +918,7 @@ def admin_import(
     chunk_bytes: Annotated[
         int, typer.Option(min=1024, help="Most bytes per request; keep it under the server's max_body_bytes.")
     ] = 1_000_000,
-    url: UrlOption = _DEFAULT_URL,
+    url: UrlOption = None,
     admin_key: AdminKeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -889,7 +929,7 @@ def admin_import(
         typer.echo(json.dumps(totals, indent=2))
         return
     console.print(
-        f"{totals['lines']} lines: imported {totals['imported']} ({totals['embedded']} embedded, "
+        f"{counted(totals['lines'], 'line')}: imported {totals['imported']} ({totals['embedded']} embedded, "
         f"{totals['replaced']} replaced an entry), skipped {totals['skipped']} expired, failed {totals['failed']}"
     )
     for error in totals["errors"][:20]:

@@ -55,9 +55,11 @@ environment variable (`SEMCACHE_CONTEXT_LIMITS='{"gpt-4o-mini": 128000}'`) and m
 file; `guards` is comma-separated in a variable (`SEMCACHE_GUARDS=numbers,negation`, or `none`).
 A key in the file that is not a setting stops the start with one line that names the file, the
 line and the closest setting (`semcache.yaml, line 3: unknown setting 'treshold' (did you mean
-'threshold'?)`), and so does a YAML syntax error. A `SEMCACHE_*` variable that is not a setting is
-ignored, with a warning. `semcache config [--config FILE]` prints the settings in force and where
-each one came from.
+'threshold'?)`), and so does a YAML syntax error. A value out of its range stops it too, naming
+where that value came from: the flag, the variable or the file and line (`invalid settings:
+threshold from SEMCACHE_THRESHOLD: Input should be less than or equal to 1`). A `SEMCACHE_*`
+variable that is not a setting is ignored, with a warning. `semcache config [--config FILE]`
+prints the settings in force and where each one came from.
 
 The admin key has no flag, so that it never shows in `ps`: set `SEMCACHE_ADMIN_KEY`, or
 `admin_key` in the file. API keys, templates and per-namespace settings have their own files and

@@ -24,6 +24,8 @@ from typing import Any
 import faiss as _faiss
 import numpy as np
 
+from .wording import counted
+
 # faiss's bundled type stubs describe the C++ signatures, not the numpy-friendly wrappers its
 # Python layer installs (remove_ids(array), add_with_ids(array, array)); treat it as untyped.
 faiss: Any = _faiss
@@ -227,7 +229,7 @@ class ScopedVectorIndex:
             ids, vectors = self._live_vectors_locked(partition)
             partition.pending = []
             run = self._running[scope] = _Rebuild(self._kind_for(partition.kind, len(ids)), len(ids))
-        log.info("index rebuild of scope %s started: %d vectors into %s", scope, run.total, run.kind)
+        log.info("index rebuild of scope %s started: %s into %s", scope, counted(run.total, "vector"), run.kind)
         try:
             fresh = self._new_index(run.kind)
             self._add_in_chunks(scope, run, fresh, ids, vectors)
@@ -245,7 +247,8 @@ class ScopedVectorIndex:
             self._rebuilds += 1
             del self._running[scope]
         seconds = time.monotonic() - run.started_at
-        log.info("index rebuild of scope %s done: %d vectors into %s in %.1f s", scope, run.total, run.kind, seconds)
+        log.info("index rebuild of scope %s done: %s into %s in %.1f s", scope, counted(run.total, "vector"), run.kind,
+                 seconds)  # fmt: skip
         return True
 
     def _add_in_chunks(

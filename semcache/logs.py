@@ -213,11 +213,19 @@ class TextFormatter(logging.Formatter):
         if getattr(record, "request_id", None) is None:
             record.request_id = "-"
         text = super().format(record)
-        extras = " ".join(f"{name}={getattr(record, name)}" for name in extra_fields(record))
+        extras = " ".join(f"{name}={_text_value(getattr(record, name))}" for name in extra_fields(record))
         if not extras:
             return text
         first, newline, rest = text.partition("\n")  # keep a traceback below the fields
         return f"{first} {extras}{newline}{rest}"
+
+
+def _text_value(value: Any) -> str:
+    """A field's value for ``key=value``: a plain word as it is, anything else as JSON (true, 0.5,
+    "two words", {"a": 1}), so that the line reads, and parses, the same way whatever the type."""
+    if isinstance(value, str) and value and not any(c.isspace() or c in '"=' for c in value):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def configure_logging(

@@ -33,7 +33,7 @@ _MODEL_META_KEY = "embedding_model"
 
 async def restore_index(
     store: ReembeddableStore, index: ScopedVectorIndex, embedder: BatchingEmbedder, snapshot_dir: Path
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Bring ``index`` up to date with the embedded store; returns what it did, for the logs."""
     started = time.monotonic()
     model = embedder.embedder.name
@@ -45,9 +45,9 @@ async def restore_index(
         log.warning("embedding models changed: the error budgets start again from the threshold")
     await store.set_meta(_MODEL_META_KEY, model)
     loaded = await load_snapshot(index, snapshot_dir, model) is not None
-    report = {"snapshot_loaded": float(loaded), **await reconcile_index(store, index)}
+    report: dict[str, Any] = {"snapshot_loaded": loaded, **await reconcile_index(store, index)}
     report["seconds"] = round(time.monotonic() - started, 3)
-    log.info("index restored: %s", report)
+    log.info("index restored", extra=report)  # fields, not a dict in the message
     return report
 
 
@@ -60,7 +60,7 @@ async def load_snapshot(index: ScopedVectorIndex, snapshot_dir: Path, model: str
         return None
 
 
-async def reconcile_index(store: IndexSource, index: ScopedVectorIndex) -> dict[str, float]:
+async def reconcile_index(store: IndexSource, index: ScopedVectorIndex) -> dict[str, int]:
     """Drop from ``index`` what the store no longer has, and add what it lacks from the stored
     vectors (nothing is re-embedded)."""
     stored = await store.stored_ids()
@@ -74,7 +74,7 @@ async def reconcile_index(store: IndexSource, index: ScopedVectorIndex) -> dict[
         await asyncio.to_thread(_add_grouped, index, ids, scopes, vectors)
         if len(missing) > 10_000:
             log.info("indexed %d/%d stored entries", min(start + 10_000, len(missing)), len(missing))
-    return {"entries": float(len(stored)), "added": float(len(missing)), "removed": float(len(stale))}
+    return {"entries": len(stored), "added": len(missing), "removed": len(stale)}
 
 
 def _add_grouped(index: ScopedVectorIndex, ids: list[int], scopes: list[str], vectors: np.ndarray) -> None:

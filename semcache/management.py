@@ -33,6 +33,7 @@ from .protocols import OperatorStore
 from .quality import NamespacePolicies
 from .tiers import TemplateTier, load_templates
 from .tiers.template import LiveTemplates
+from .wording import counted
 
 log = logging.getLogger("semcache.management")
 
@@ -253,7 +254,7 @@ class EntryAdmin:
             if not dry_run and batch:
                 report.deleted += await self._drop([int(m.entry.id or 0) for m in batch])
         if not dry_run:
-            log.info("deleted %d entries (%s)", report.deleted, _describe(selection))
+            log.info("deleted %s (%s)", counted(report.deleted, "entry"), _describe(selection))
         return report
 
     async def flush(self) -> int:
@@ -263,8 +264,8 @@ class EntryAdmin:
         for start in range(0, len(ids), 10 * SCAN_BATCH):
             deleted += await self._drop(ids[start : start + 10 * SCAN_BATCH])
             if len(ids) > 10 * SCAN_BATCH:
-                log.info("flush: %d of %d entries deleted", deleted, len(ids))
-        log.warning("flushed the cache: %d entries deleted", deleted)
+                log.info("flush: %d of %s deleted", deleted, counted(len(ids), "entry"))
+        log.warning("flushed the cache: %s deleted", counted(deleted, "entry"))
         return deleted
 
     async def _drop(self, ids: list[int]) -> int:
@@ -384,7 +385,8 @@ class EntryAdmin:
         if share is not None:
             await share([template.as_dict() for template in templates])
         self.templates.swap(tier)
-        log.info("templates reloaded from %s: %d templates, %d phrasings", path, len(templates), len(tier.phrasings))
+        log.info("templates reloaded from %s: %s, %s", path, counted(len(templates), "template"),
+                 counted(len(tier.phrasings), "phrasing"))  # fmt: skip
         return tier
 
 
@@ -431,6 +433,6 @@ def _describe_error(exc: Exception) -> str:
 
 def _progress(report: ImportReport, started: float) -> str:
     return (
-        f"{report.lines} lines, {report.imported} imported ({report.embedded} embedded), "
+        f"{counted(report.lines, 'line')}, {report.imported} imported ({report.embedded} embedded), "
         f"{report.skipped} skipped as expired, {report.failed} failed, in {time.monotonic() - started:.1f} s"
     )

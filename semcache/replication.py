@@ -100,7 +100,7 @@ class Replica:
         self.connected = True
         report["seconds"] = round(time.monotonic() - started, 3)
         self.last_sync = report
-        log.info("replica in step with the shared cache: %s", report)
+        log.info("replica in step with the shared cache", extra=report)  # fields, not a dict in the message
 
     async def _reconcile(self, cache_id: str) -> dict[str, Any]:
         """Rebuild what the feed can no longer tell: compare the index with the stored ids."""

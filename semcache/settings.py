@@ -6,17 +6,18 @@ the YAML file named by ``--config`` / ``SEMCACHE_CONFIG``, then the defaults bel
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -193,8 +194,11 @@ class Settings(BaseSettings):
     )
     passthrough_routes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_PASSTHROUGH_ROUTES),
-        description="The /v1 routes besides chat completions passed on to the upstream untouched and never "
-        "cached (comma-separated): by default the stateless inference routes. Account routes ("
+        description="The /v1 routes passed on to the upstream untouched and never cached (comma-separated), by "
+        "the first segment of their path: by default the stateless inference routes. semcache answers POST "
+        "/v1/chat/completions, /v1/responses and /v1/completions, GET /v1/models and, with cache_embeddings, POST "
+        "/v1/embeddings itself, whatever this lists; a name here passes the other paths below it "
+        "(GET /v1/models/{model}, GET /v1/responses/{id}). Account routes ("
         + ", ".join(ACCOUNT_ROUTES)
         + ") would act on the operator's account with upstream_api_key set: add them only knowingly.",
     )
@@ -249,7 +253,12 @@ class Settings(BaseSettings):
 
     # Lookup
     threshold: float = Field(
-        DEFAULT_THRESHOLD, ge=0.0, le=1.0, description="Minimum cosine similarity (0-1) for a semantic hit."
+        DEFAULT_THRESHOLD,
+        ge=0.0,
+        le=1.0,
+        description="The prior decision line (cosine 0-1) for a semantic hit: a namespace's line until it has "
+        "learn_min_labels labels, after which it learns its own within target_error; the line itself with "
+        "learn_threshold off.",
     )
     templates: Path | None = Field(None, description="YAML or JSON file of curated question/answer templates.")
     template_threshold: float = Field(0.92, ge=0.0, le=1.0, description="Minimum cosine for a template match.")
@@ -604,6 +613,13 @@ class _YamlFileSource(PydanticBaseSettingsSource):
 def read_config_file(path: Path) -> dict[str, Any]:
     """The settings in a YAML file, keys spelled with '-' or '_'. Raises SettingsError, in one line
     naming the file and the line, for invalid YAML and for names that are not settings."""
+    data, lines = _read_yaml(path)
+    _reject_unknown(lines, str(path))
+    return _current_names({_setting_name(key): value for key, value in data.items()}, "setting", str(path))
+
+
+def _read_yaml(path: Path) -> tuple[dict[Any, Any], dict[str, int]]:
+    """A YAML file's mapping, and the line of each of its keys as written."""
     text = path.read_text(encoding="utf-8")
     try:
         data = yaml.safe_load(text)
@@ -611,11 +627,50 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise SettingsError(yaml_problem(path, exc)) from None
     if data is None:
-        return {}
+        return {}, {}
     if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
         raise SettingsError(f"{path}: must hold a mapping of setting names to values")
-    _reject_unknown({str(key.value): key.start_mark.line + 1 for key, _ in root.value}, str(path))
-    return _current_names({_setting_name(key): value for key, value in data.items()}, "setting", str(path))
+    return data, {str(key.value): key.start_mark.line + 1 for key, _ in root.value}
+
+
+def invalid_settings(error: ValidationError, explicit: Mapping[str, Any], flag: Callable[[str], str]) -> str:
+    """A validation error in one line that says, for each bad value, where it came from: the flag
+    (``flag(name)``) for a setting in ``explicit``, else its environment variable, else the config
+    file and line, as the precedence of the sources has it."""
+    problems = []
+    for problem in error.errors():
+        name = str(problem["loc"][0]) if problem["loc"] else ""
+        where = ".".join(map(str, problem["loc"]))
+        problems.append(f"{where} from {setting_source(name, explicit, flag)}: {problem['msg']}")
+    return "invalid settings: " + "; ".join(problems)
+
+
+def unparsable_variable(error: Exception) -> str | None:
+    """pydantic-settings' words for a variable whose value is not JSON, where a setting takes JSON
+    (``error parsing value for field "prices" from source "EnvSettingsSource"``), naming the variable."""
+    found = re.fullmatch(r'error parsing value for field "(\w+)" from source "EnvSettingsSource"', str(error))
+    if found is None:
+        return None
+    return f"{ENV_PREFIX}{found[1].upper()}: {found[1]} takes JSON here, and this value is not JSON"
+
+
+def setting_source(name: str, explicit: Mapping[str, Any], flag: Callable[[str], str]) -> str:
+    """Where the value of setting ``name`` in force came from, in the words a person would look for."""
+    if name in explicit:
+        return flag(name)
+    environment = {variable.upper() for variable in os.environ}
+    for variable in (f"{ENV_PREFIX}{name.upper()}", OLD_ENV_NAMES.get(name)):
+        if variable in environment:
+            return variable
+    path = explicit.get("config") or os.environ.get(f"{ENV_PREFIX}CONFIG")
+    if path:
+        with contextlib.suppress(OSError, SettingsError):
+            lines = {_setting_name(key): line for key, line in _read_yaml(Path(path))[1].items()}
+            old_name = next((old for old, new in RENAMED_SETTINGS.items() if new == name), None)
+            line = lines.get(name) or lines.get(old_name or "")
+            if line is not None:
+                return f"{path}, line {line}"
+    return "the default"
 
 
 def yaml_problem(path: Path | str, exc: yaml.YAMLError) -> str:

@@ -11,6 +11,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .wording import counted
+
 _PATHS = (
     ("exact_hit", "exact hit"),
     ("template_hit", "template hit"),
@@ -113,7 +115,7 @@ def _upkeep_line(data: dict[str, Any]) -> Text | None:
     index = data.get("index")
     if isinstance(index, dict):
         parts.append(
-            f"index: {index.get('entries', 0)} vectors, {index.get('tombstones', 0)} tombstones, "
+            f"index: {counted(index.get('entries', 0), 'vector')}, {counted(index.get('tombstones', 0), 'tombstone')}, "
             f"{index.get('partitions', 0)} partitions, {index.get('rebuilds', 0)} rebuilds"
         )
     if "expired" in data or "evicted" in data:

@@ -405,7 +405,7 @@ def test_cli_lists_deletes_exports_flushes_and_imports(filled: str, tmp_path: Pa
     # The key may come from the environment instead.
     preview = invoke("delete", "--namespace", "other", "--dry-run", "--url", filled,
                      env={"SEMCACHE_ADMIN_KEY": ADMIN_KEY})  # fmt: skip
-    assert preview.exit_code == 0 and "1 entries match" in preview.output
+    assert preview.exit_code == 0 and "1 entry matches" in preview.output
     declined = runner.invoke(cli.app, ["admin", "delete", "--namespace", "other", *key], input="n\n")
     assert declined.exit_code == 1 and len(entries(filled)) == 4
     deleted = invoke("delete", "--namespace", "other", "--yes", "--json", *key)

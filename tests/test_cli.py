@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from semcache.cli import app
 from semcache.settings import Settings
 from semcache.stats import Stats
 from semcache.testing.uvicorn_thread import ThreadedUvicorn, free_port
+from testkit.servers import stop_process, wait_healthy
 
 runner = CliRunner(env={"COLUMNS": "120"})  # for typer's help screens
 
@@ -315,3 +317,42 @@ def test_stats_of_a_server_that_answers_with_an_error(stats_server: str) -> None
 def test_stats_of_a_server_that_is_not_semcache(stats_server: str) -> None:
     result = runner.invoke(app, ["stats", "--url", f"{stats_server}/not-semcache"])
     assert_friendly(result, "error:", "not-semcache", "did not answer with semcache statistics")
+
+
+@pytest.mark.slow
+def test_the_cli_finds_the_server_by_semcache_port_and_counts_in_words(tmp_path: Path, embedding_exports: Path) -> None:
+    """``semcache serve`` and the CLI as a person runs them, with SEMCACHE_PORT set for both and no
+    --url: the CLI reaches the server, says "1 entry" (never "1 entries"), and the server's text log
+    has key=value fields, not Python dicts."""
+    port = free_port()
+    log_path = tmp_path / "semcache.log"
+    env = {**os.environ, "SEMCACHE_PORT": str(port), "SEMCACHE_EMBEDDING_CACHE_DIR": str(embedding_exports),
+           "SEMCACHE_LOG_FORMAT": "text", "COLUMNS": "200"}  # fmt: skip
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "semcache", "serve", "--data-dir", str(tmp_path / "data"),
+             "--upstream", "http://127.0.0.1:9/v1"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", process=server)
+        stored = httpx.post(f"http://127.0.0.1:{port}/v1/semcache/store", timeout=30,
+                            json={"prompt": "How many entries is one?", "answer": "One entry."})  # fmt: skip
+        assert stored.status_code == 200, stored.text
+
+        def semcache(*arguments: str) -> str:
+            done = subprocess.run([sys.executable, "-m", "semcache", *arguments], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            return done.stdout
+
+        assert json.loads(semcache("stats", "--json"))["entries"] == 1
+        assert "1 entry matches." in semcache("admin", "delete", "--namespace", "default", "--dry-run")
+        assert "exported 1 entry to backup.jsonl" in semcache("admin", "export", "backup.jsonl")
+        assert "deleted 1 entry" in semcache("admin", "flush", "--yes")
+        assert "1 entries" not in semcache("stats")
+    finally:
+        stop_process(server, timeout_s=30)
+    restored = [line for line in log_path.read_text().splitlines() if " index restored" in line]
+    assert len(restored) == 1 and "{" not in restored[0], restored
+    assert re.search(r" snapshot_loaded=false entries=0 added=0 removed=0 seconds=[0-9.]+$", restored[0]), restored

@@ -6,14 +6,21 @@ commit messages, not in the pages a newcomer reads; docs/configuration.md is gen
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from semcache.cli import app
 from semcache.config_doc import REGENERATE
+from semcache.server import create_app
+from semcache.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -74,3 +81,66 @@ def _anchors(page: Path) -> set[str]:
             heading = line.lstrip("#").strip().lower()
             anchors.add(re.sub(r"[^\w\- ]", "", heading).replace(" ", "-"))
     return anchors
+
+
+# The line that installs torch, in each place a newcomer or a build copies it from.
+TORCH_INSTALL = re.compile(r"pip install (?:--quiet )?((?:--(?:extra-)?index-url \S+ )?torch\S*)")
+
+
+def test_the_install_lines_take_the_cpu_build_of_torch_alike() -> None:
+    """README, Makefile and Dockerfile install torch with the same words, pinned to the CPU build
+    (PyPI's Linux torch, pinned to a version or not, is the CUDA one), at pyproject.toml's version."""
+    lines = {name: TORCH_INSTALL.findall((ROOT / name).read_text()) for name in ("README.md", "Makefile", "Dockerfile")}
+    assert all(len(found) == 1 for found in lines.values()), lines
+    commands = {found[0] for found in lines.values()}
+    assert len(commands) == 1, lines
+    (command,) = commands
+    pinned = re.search(r'"torch==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pinned is not None and command.endswith(f"torch=={pinned[1]}+cpu"), (command, pinned)
+    assert command.startswith("--extra-index-url https://download.pytorch.org/whl/cpu "), command
+
+
+def _synopses(text: str, command: str) -> list[str]:
+    """Each synopsis of ``command`` in a page's code blocks, with its indented continuation lines."""
+    found, lines = [], text.splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith(command + " "):
+            more = itertools.takewhile(lambda following: following.startswith(" " * 8), lines[number + 1 :])
+            found.append(" ".join([line, *(following.strip() for following in more)]))
+    return found
+
+
+@pytest.mark.parametrize("name", ["pairs", "trace"])
+def test_every_eval_synopsis_names_every_flag(name: str) -> None:
+    """The synopses in docs/ and in ``semcache eval NAME --help`` name each option the command has."""
+    command = typer.main.get_command(app).commands["eval"].commands[name]  # type: ignore[attr-defined]
+    flags = {opt for param in command.params for opt in param.opts + param.secondary_opts if opt.startswith("--")}
+    flags -= {"--help"}
+    help_text = subprocess.run(
+        [sys.executable, "-m", "semcache", "eval", name, "--help"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "400"}, check=True,
+    ).stdout  # fmt: skip
+    synopses = [line.strip().removeprefix("In full: ") for line in help_text.splitlines() if "In full: " in line]
+    for page in ("operations.md", "hit-quality.md"):
+        synopses += _synopses((DOCS / page).read_text(), f"semcache eval {name}")
+    assert len(synopses) == 3, synopses
+    for synopsis in synopses:
+        named = set(re.findall(r"--[a-z-]+", synopsis))
+        assert named == flags, (synopsis, flags - named)
+
+
+def test_the_docs_say_threshold_is_the_prior_and_what_passthrough_routes_reaches() -> None:
+    """threshold is each namespace's line only until it learns its own; passthrough_routes does not
+    reach the /v1 routes that semcache answers itself, and says so for each of them."""
+    rows = {
+        row.split("`")[1]: row for row in (DOCS / "configuration.md").read_text().splitlines() if row.startswith("| `")
+    }
+    quality = next(row for row in (DOCS / "hit-quality.md").read_text().splitlines() if row.startswith("| `threshold`"))
+    for row in (rows["threshold"], quality):
+        assert "prior" in row and "minimum cosine" not in row.lower(), row
+    paths = create_app(Settings()).openapi()["paths"]
+    own = {path for path in paths if path.startswith("/v1/") and not path.startswith(("/v1/semcache/", "/v1/{"))}
+    assert own == {"/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/models", "/v1/embeddings"}
+    for path in own:
+        assert path in rows["passthrough_routes"], path
+    assert "Besides chat completions" not in (DOCS / "http-api.md").read_text()

@@ -166,6 +166,36 @@ def entries_holding(service: SemcacheProcess, text: str) -> list[dict[str, Any]]
 # -- finding 4: /admin and other websites --------------------------------------------------------
 
 
+JSON_ROUTES = {
+    "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "Is JSON typed?"}]},
+    "/v1/responses": {"model": "m", "input": "Is JSON typed?"},
+    "/v1/completions": {"model": "m", "prompt": "Is JSON typed?"},
+    "/v1/embeddings": {"model": "m", "input": "Is JSON typed?"},
+    "/v1/semcache/feedback": {"id": "no-such-hit", "correct": False},
+    "/v1/semcache/lookup": {"prompt": "Is JSON typed?"},
+    "/v1/semcache/store": {"prompt": "Is JSON typed?", "answer": "Typed JSON is taken."},
+    "/admin/entries/delete": {"namespace": "nothing-here"},
+}
+
+
+@pytest.mark.parametrize("path", list(JSON_ROUTES))
+def test_every_json_route_says_to_send_content_type_json_alike(open_service: SemcacheProcess, path: str) -> None:
+    """JSON sent without a Content-Type (Python's ``data=``) or as a form (``curl -d``) gets one
+    415 that says what to send, on every route; the same body typed as JSON is taken."""
+    body = json.dumps(JSON_ROUTES[path]).encode()
+    for content_type in (None, "application/x-www-form-urlencoded"):
+        headers = {"Content-Type": content_type} if content_type else {}
+        response = httpx.post(f"{open_service.url}{path}", content=body, headers=headers, timeout=30)
+        assert_openai_error(response, 415, "unsupported_media_type")
+        message = response.json()["error"]["message"]
+        sent = f"Content-Type: {content_type}" if content_type else "no Content-Type"
+        assert message.startswith(f"{path} takes a JSON body: send it with Content-Type: application/json"), message
+        assert message.endswith(f"(this one has {sent})"), message
+    typed = httpx.post(f"{open_service.url}{path}", content=body, headers={"Content-Type": "application/json"},
+                       timeout=30)  # fmt: skip
+    assert typed.status_code in (200, 404), typed.text  # 404: feedback on a hit that never was
+
+
 @pytest.mark.parametrize(
     ("method", "path", "content_type", "body"),
     [

@@ -6,12 +6,15 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.testing.uvicorn_thread import free_port
+from testkit.servers import SemcacheProcess
 
 from .conftest import ask
 
@@ -348,3 +351,35 @@ async def test_a_client_that_leaves_releases_its_upstream_slot(
         await asyncio.sleep(0.3)
         after = await client.post(f"{url}/v1/chat/completions", json=body("Who painted the Mona Lisa?"))
     assert after.status_code == 200  # the slot was free again, not a 429
+
+
+def test_an_sdk_call_against_a_dead_upstream_fails_fast_naming_it(tmp_path: Path) -> None:
+    """A closed port behind ``semcache serve``: each openai SDK call, with the SDK's own default
+    retries, ends within seconds with a 503 that names the upstream, the first, the next, and the
+    one that meets the breaker's probe after its reset time; and no request's log ends "retrying"."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    reset_after_s = 3.0
+    log_path = tmp_path / "semcache.log"
+    settings = {"SEMCACHE_BREAKER_RESET_AFTER_S": str(reset_after_s), "SEMCACHE_LOG_FORMAT": "json"}
+    with (
+        SemcacheProcess(data_dir=tmp_path / "data", upstream_url=f"{dead}/v1", env=settings, log_path=log_path) as s,
+        openai.OpenAI(base_url=f"{s.url}/v1", api_key="sk-test") as sdk,  # the SDK's default retries
+    ):
+        timings = []
+        for call in range(4):
+            if call == 3:
+                time.sleep(reset_after_s)  # past the reset: this call probes the upstream again
+            started = time.monotonic()
+            with pytest.raises(openai.InternalServerError) as caught:
+                sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": f"Question {call}?"}])
+            timings.append(time.monotonic() - started)
+            error = caught.value.response.json()["error"]
+            assert caught.value.status_code == 503 and error["code"] == "circuit_open", error
+            assert error["message"].startswith(f"the upstream at {dead} is failing"), error
+    assert max(timings) < 15, timings
+    last_upstream_line: dict[str, str] = {}
+    for line in log_path.read_text().splitlines():
+        record = json.loads(line) if line.startswith("{") else {}
+        if record.get("logger") == "semcache.upstream" and record.get("request_id"):
+            last_upstream_line[record["request_id"]] = record["message"]
+    assert last_upstream_line and not [m for m in last_upstream_line.values() if "retrying" in m]

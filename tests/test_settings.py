@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -210,3 +212,40 @@ def test_a_renamed_setting_is_still_read_under_its_old_name_with_a_warning(
     monkeypatch.setenv("SEMCACHE_TTL_S", "60")  # and the new one wins
     assert Settings().ttl_s == 60
     assert unknown_environment_variables({"SEMCACHE_TTL": "1", "SEMCACHE_TTL_S": "1"}) == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environment", "file_text", "expected"),
+    [
+        (["config"], {"SEMCACHE_THRESHOLD": "1.5"}, None, "threshold from SEMCACHE_THRESHOLD: "),
+        (["config"], {"SEMCACHE_TTL": "-5"}, None, "ttl_s from SEMCACHE_TTL: "),
+        (["config", "--config", "{file}"], {}, "data_dir: /tmp\n\nthreshold: 1.5\n", "threshold from {file}, line 3: "),
+        (["config"], {"SEMCACHE_CONFIG": "{file}"}, "ttl: -5\n", "ttl_s from {file}, line 1: "),
+        (["serve", "--threshold", "3"], {"SEMCACHE_CONFIG": "{file}"}, "threshold: 0.5\n",
+         "threshold from --threshold: "),
+        (["eval", "trace", "t.jsonl", "--threshold", "3"], {}, None, "threshold from --threshold: "),
+        (["config"], {"SEMCACHE_PRICES": '{"m": {"input_per_1m": -1, "output_per_1m": 1}}'}, None,
+         "prices.m.input_per_1m from SEMCACHE_PRICES: "),
+        (["config"], {"SEMCACHE_PRICES": "cheap"}, None, "SEMCACHE_PRICES: prices takes JSON here"),
+    ],
+    ids=["variable", "old-variable", "file", "file-by-variable-old-key", "flag-over-file", "eval-flag", "nested",
+         "not-json"],
+)  # fmt: skip
+def test_a_bad_value_names_where_it_came_from(
+    tmp_path: Path, arguments: list[str], environment: dict[str, str], file_text: str | None, expected: str
+) -> None:
+    """The semcache command as a person runs it: the error names the flag, the variable, or the file
+    and its line, of the value in force."""
+    file = tmp_path / "semcache.yaml"
+    if file_text is not None:
+        file.write_text(file_text)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SEMCACHE_")}
+    env.update({name: value.replace("{file}", str(file)) for name, value in environment.items()}, COLUMNS="300")
+    done = subprocess.run(
+        [sys.executable, "-m", "semcache", *(a.replace("{file}", str(file)) for a in arguments)],
+        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stdout.startswith("error: "), done.stdout
+    assert expected.replace("{file}", str(file)) in done.stdout, done.stdout

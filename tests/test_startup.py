@@ -19,6 +19,7 @@ from semcache.cli import startup_summary, without_credentials
 from semcache.errors import UpstreamStatusError, UpstreamUnavailable
 from semcache.settings import Settings
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.testing.uvicorn_thread import free_port
 from semcache.upstreams import RemoteUpstream
 from testkit.servers import SemcacheProcess
 
@@ -85,15 +86,16 @@ def test_upstream_errors_name_the_host_and_path_never_the_password() -> None:
             with pytest.raises(UpstreamStatusError) as refused:
                 await remote.complete(body, {})
             assert refused.value.status_code == 404 and refused.value.code == "upstream_error"
-            assert refused.value.message == "the upstream at llm.internal:8000/api/chat/completions answered HTTP 404"
+            refusal = "the upstream at http://llm.internal:8000/api/chat/completions answered HTTP 404"
+            assert refused.value.message == refusal
             with pytest.raises(UpstreamUnavailable) as unreachable:
                 await remote.list_models({})
-            expected = "cannot reach the upstream at llm.internal:8000/api/models: ConnectError"
+            expected = "cannot reach the upstream at http://llm.internal:8000/api/models: ConnectError"
             assert unreachable.value.message == expected
             with pytest.raises(UpstreamUnavailable) as slow:
                 await remote.complete({**body, "messages": [{"role": "user", "content": "Slowly"}]}, {})
             assert slow.value.status_code == 504
-            assert slow.value.message == "the upstream at llm.internal:8000/api/chat/completions timed out"
+            assert slow.value.message == "the upstream at http://llm.internal:8000/api/chat/completions timed out"
             for error in (refused.value, unreachable.value, slow.value):
                 assert PASSWORD not in json.dumps(error.to_openai())
         finally:
@@ -116,7 +118,7 @@ def test_the_server_logs_what_it_runs_with_and_names_an_upstream_without_v1(
         )
     assert answer.status_code == 404
     message = answer.json()["error"]["message"]
-    assert message == f"the upstream at 127.0.0.1:{upstream.port}/chat/completions answered HTTP 404"
+    assert message == f"the upstream at http://127.0.0.1:{upstream.port}/chat/completions answered HTTP 404"
 
     text = log_path.read_text()
     assert PASSWORD not in text
@@ -127,3 +129,32 @@ def test_the_server_logs_what_it_runs_with_and_names_an_upstream_without_v1(
         f"store embedded SQLite {tmp_path / 'data' / 'entries.sqlite3'}; data folder {tmp_path / 'data'}; "
         f"embedder all-MiniLM-L6-v2 ({Settings().embedding_backend}); /admin loopback only (no admin key)"
     ]
+
+
+@pytest.mark.slow
+def test_a_dead_upstream_is_named_in_the_log_at_start_up_without_its_secrets(tmp_path: Path) -> None:
+    port = free_port()
+    log_path = tmp_path / "semcache.log"
+    secret_url = f"http://operator:{PASSWORD}@127.0.0.1:{port}/v1?api-key={PASSWORD}"
+    with SemcacheProcess(data_dir=tmp_path / "data", upstream_url=secret_url, log_path=log_path):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "unreachable" not in log_path.read_text():
+            time.sleep(0.1)
+        text = log_path.read_text()
+    assert PASSWORD not in text
+    warnings = [json.loads(line)["message"] for line in text.splitlines() if "unreachable" in line]
+    assert warnings and warnings[0].startswith(f"the upstream at http://127.0.0.1:{port} is unreachable (ConnectError)")
+
+
+@pytest.mark.slow
+def test_an_upstream_that_never_answers_does_not_delay_the_start(tmp_path: Path) -> None:
+    """The check runs beside the start: /healthz is ready long before the check gives up."""
+    with socket.socket() as silent:  # accepts connections (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        log_path = tmp_path / "semcache.log"
+        env = {"SEMCACHE_UPSTREAM_CONNECT_TIMEOUT_S": "600"}
+        with SemcacheProcess(data_dir=tmp_path / "data", upstream_url=url, env=env, log_path=log_path) as service:
+            assert httpx.get(f"{service.url}/healthz", timeout=5).status_code == 200
+            assert "unreachable" not in log_path.read_text()  # still waiting for an answer

@@ -131,9 +131,15 @@ async def test_failed_attempts_are_counted_for_metrics_but_the_breakers_refusals
         breaker=CircuitBreaker(failure_threshold=2, reset_after_s=10, clock=Clock()), sleep=no_sleep, observer=metrics,
     )  # fmt: skip
     inner.behaviour = UpstreamUnavailable("down")
+    with pytest.raises(UpstreamUnavailable):
+        await upstream.complete({}, {})  # its second failure opened the circuit: no third attempt
+    assert inner.calls == 2
     with pytest.raises(UpstreamError) as caught:
         await upstream.complete({}, {})
-    assert caught.value.code == "circuit_open"  # the third attempt never reached the upstream
+    assert caught.value.code == "circuit_open"  # refused without reaching the upstream
+    assert caught.value.headers["X-Should-Retry"] == "false"
+    assert caught.value.message.startswith("the upstream is failing, so the circuit breaker is open")
+    assert caught.value.message.endswith("after 2 failures in a row (the last: down)")
     inner.behaviour = UpstreamStatusError("no such model", status_code=404)
     by_status = ResilientUpstream(inner, sleep=no_sleep, observer=metrics)
     with pytest.raises(UpstreamStatusError):

@@ -10,15 +10,14 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.datastructures import Headers
 
 from ..errors import Forbidden, InvalidRequest, Unauthorized, UnsupportedMediaType
 from ..pipeline import Pipeline
 from .access import bearer_token, same_secret, validate_namespace
-from .limits import BoundedJsonRoute, declares_json
+from .limits import BoundedJsonRoute, declares_json, has_body, not_json_message, require_json_body
 from .routes import admitted_namespace, pipeline_of
 
-feedback_router = APIRouter(tags=["feedback"], route_class=BoundedJsonRoute)
+feedback_router = APIRouter(tags=["feedback"], dependencies=[Depends(require_json_body)], route_class=BoundedJsonRoute)
 
 # A Host header: a name or IPv4 address, or an IPv6 address in brackets; then an optional port.
 _HOST = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[^\[\]:/@\s]+))(?::(?P<port>\d{1,5}))?")
@@ -57,11 +56,10 @@ def require_admin(request: Request) -> None:
             "or by a loopback address",
             code="admin_loopback_only",
         )
-    if has_body(headers) and not _admin_media_type(headers.get("content-type")):
-        raise UnsupportedMediaType(
-            f"/admin takes JSON bodies (Content-Type: application/json; {_JSONL} for an import)",
-            code="unsupported_media_type",
-        )
+    content_type = headers.get("content-type")
+    if has_body(headers) and not _admin_media_type(content_type):
+        message = not_json_message(request.url.path, content_type, also=f" ({_JSONL} for an import)")
+        raise UnsupportedMediaType(message, code="unsupported_media_type")
 
 
 admin_router = APIRouter(
@@ -133,11 +131,6 @@ def from_this_machine(request: Request) -> bool:
     reaches 127.0.0.1 under its own name, does not pass."""
     loopback_peer = request.client is not None and is_loopback_address(request.client.host)
     return loopback_peer and is_loopback_host(request.headers.get("host", ""))
-
-
-def has_body(headers: Headers) -> bool:
-    length = headers.get("content-length")
-    return "transfer-encoding" in headers or (length is not None and length.strip() not in ("", "0"))
 
 
 def _admin_media_type(content_type: str | None) -> bool:

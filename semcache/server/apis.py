@@ -6,18 +6,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from ..dialects.completions import CompletionsDialect
 from ..dialects.responses import ResponsesDialect
 from ..keys import user_id
 from ..wire import CompletionRequest, ResponsesRequest
-from .limits import BoundedJsonRoute
+from .limits import BoundedJsonRoute, require_json_body
 from .passthrough import relay
 from .routes import admitted, answer, canonical_authorization
 
-apis_router = APIRouter(route_class=BoundedJsonRoute)
+apis_router = APIRouter(dependencies=[Depends(require_json_body)], route_class=BoundedJsonRoute)
 
 
 @apis_router.post(

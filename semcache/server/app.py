@@ -21,7 +21,7 @@ from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
 from ..judges import load_judge
 from ..limits import RateLimiter
-from ..logs import Redactor
+from ..logs import Redactor, bind_request_id
 from ..maintenance import Maintenance, restore_index
 from ..management import EntryAdmin
 from ..metrics import Metrics, Readings
@@ -38,9 +38,11 @@ from ..tiers import TemplateTier, load_templates
 from ..tiers.template import LiveTemplates
 from ..tokens import Price, PriceTable, TokenCounter
 from ..upstreams import RemoteUpstream
+from ..upstreams.remote import server_address
 from ..upstreams.resilience import CircuitBreaker, ConcurrencyLimit, ResilientUpstream, RetryPolicy
 from ..verification import load_verification
 from ..wire import ChatCompletionRequest
+from ..wording import counted
 from .access import AccessPolicy
 from .admin import admin_router, feedback_router
 from .admin_entries import entries_router
@@ -111,6 +113,9 @@ def create_app(
             rate_limiter=limiter, metrics=metrics,
         )  # fmt: skip
         app.state.semcache = state
+        if isinstance(state.upstream, ResilientUpstream) and isinstance(state.upstream.inner, RemoteUpstream):
+            # In the background: an upstream that comes up later is no reason to delay or fail the start.
+            state.tasks.append(asyncio.create_task(_check_upstream(state.upstream.inner, settings)))
         loader = asyncio.create_task(_load(state, embedder, TemplateTier(templates, settings.template_threshold)))
         try:
             yield
@@ -185,7 +190,21 @@ def _remote_upstream(settings: Settings, metrics: Metrics, redact: Redactor) -> 
         max_response_bytes=settings.max_upstream_response_bytes,
         redact=redact,
     )
-    return _resilient(remote, settings, metrics, max_attempts=settings.upstream_max_attempts)
+    upstream = f"the upstream at {server_address(settings.upstream_url)}"
+    return _resilient(remote, settings, metrics, max_attempts=settings.upstream_max_attempts, name=upstream)
+
+
+async def _check_upstream(remote: RemoteUpstream, settings: Settings) -> None:
+    """Say at once, in the log, whether the upstream can be reached: a wrong or dead upstream_url
+    otherwise shows only when the first miss fails."""
+    address = server_address(settings.upstream_url)
+    bind_request_id("upstream-check")  # in this task only: its lines (httpx's too) and the upstream's share it
+    reason = await remote.unreachable_reason(settings.upstream_connect_timeout_s)
+    if reason is None:
+        log.info("the upstream at %s is reachable", address)
+    else:
+        log.warning("the upstream at %s is unreachable (%s): cache misses fail with a 503 until it answers; "
+                    "check upstream_url (--upstream, SEMCACHE_UPSTREAM_URL)", address, reason)  # fmt: skip
 
 
 def _local_upstream(settings: Settings, metrics: Metrics) -> ResilientUpstream:
@@ -200,10 +219,12 @@ def _local_upstream(settings: Settings, metrics: Metrics) -> ResilientUpstream:
         batch_window_ms=settings.local_batch_window_ms,
         max_new_tokens_default=settings.local_max_new_tokens,
     )
-    return _resilient(local, settings, metrics, max_attempts=1)
+    return _resilient(local, settings, metrics, max_attempts=1, name=f"the local model {settings.model}")
 
 
-def _resilient(inner: Upstream, settings: Settings, metrics: Metrics, *, max_attempts: int) -> ResilientUpstream:
+def _resilient(
+    inner: Upstream, settings: Settings, metrics: Metrics, *, max_attempts: int, name: str
+) -> ResilientUpstream:
     return ResilientUpstream(
         inner,
         retry=RetryPolicy(
@@ -211,7 +232,7 @@ def _resilient(inner: Upstream, settings: Settings, metrics: Metrics, *, max_att
             base_delay_s=settings.upstream_retry_base_delay_s,
             max_total_s=settings.upstream_retry_max_total_s,
         ),
-        breaker=CircuitBreaker(settings.breaker_failure_threshold, settings.breaker_reset_after_s),
+        breaker=CircuitBreaker(settings.breaker_failure_threshold, settings.breaker_reset_after_s, upstream=name),
         limit=ConcurrencyLimit(settings.upstream_max_concurrent, settings.upstream_max_queued),
         total_timeout_s=settings.upstream_total_timeout_s,
         observer=metrics,
@@ -336,7 +357,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         state.entry_admin = EntryAdmin(store, index, batcher, live_templates, policies, pipeline.clock)
         state.pipeline, state.store, state.evidence_store = pipeline, store, evidence_store
         cleanup.pop_all()  # from here on, _shutdown closes them
-        log.info("semcache is ready: %d entries", len(index))
+        log.info("semcache is ready: %s", counted(len(index), "entry"))
     except asyncio.CancelledError:
         await cleanup.aclose()
         raise

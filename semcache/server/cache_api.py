@@ -23,17 +23,15 @@ from ..errors import Forbidden, InvalidRequest, UnsupportedMediaType
 from ..keys import user_id
 from ..settings import MAX_TTL_S
 from .admin import from_this_machine, refuse_cross_site
-from .limits import BoundedJsonRoute, declares_json
+from .limits import BoundedJsonRoute, declares_json, not_json_message
 from .routes import admit, canonical_authorization, pipeline_of
 
 
 def require_json_from_this_site(request: Request) -> None:
     refuse_cross_site(request, "/v1/semcache", code="cross_site")
-    if not declares_json(request.headers.get("content-type")):
-        raise UnsupportedMediaType(
-            "/v1/semcache/lookup and /store take JSON bodies (Content-Type: application/json)",
-            code="unsupported_media_type",
-        )
+    content_type = request.headers.get("content-type")
+    if not declares_json(content_type):  # even without a body: a lookup or a store always has one
+        raise UnsupportedMediaType(not_json_message(request.url.path, content_type), code="unsupported_media_type")
 
 
 cache_api_router = APIRouter(

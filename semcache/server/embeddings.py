@@ -3,16 +3,16 @@ on; off, the pass-through serves it. Same auth, namespace, rate limit and body b
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from ..embedding_cache import EmbeddingCache, parse_embedding_request
 from ..errors import NotReady
-from .limits import BoundedJsonRoute
+from .limits import BoundedJsonRoute, require_json_body
 from .rendering import json_response
 from .routes import admitted_namespace, request_controls, upstream_of
 
-embeddings_router = APIRouter(route_class=BoundedJsonRoute)
+embeddings_router = APIRouter(dependencies=[Depends(require_json_body)], route_class=BoundedJsonRoute)
 
 
 def embedding_cache_of(request: Request) -> EmbeddingCache:

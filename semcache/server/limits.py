@@ -15,11 +15,13 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import BodyTooLarge, InvalidRequest
+from ..errors import BodyTooLarge, InvalidRequest, UnsupportedMediaType
 from ..settings import Settings
 from ..wire import ChatCompletionRequest, parse_json_body
+from ..wording import counted
 
 
 class BodySizeLimit:
@@ -94,7 +96,7 @@ class RequestBounds:
             )
         if request.tools is not None and len(request.tools) > self.max_tools:
             raise InvalidRequest(
-                f"{len(request.tools)} tools, more than the {self.max_tools} allowed", code="too_many_tools"
+                f"{counted(len(request.tools), 'tool')}, more than the {self.max_tools} allowed", code="too_many_tools"
             )
         chars = request.content_chars()
         if chars > self.max_prompt_chars:
@@ -120,6 +122,26 @@ def declares_json(content_type: str | None) -> bool:
     """Whether a Content-Type names JSON: ``application/json`` (any parameters) or ``application/*+json``."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def has_body(headers: Headers) -> bool:
+    length = headers.get("content-length")
+    return "transfer-encoding" in headers or (length is not None and length.strip() not in ("", "0"))
+
+
+def require_json_body(request: Request) -> None:
+    """Every JSON route's bodies must say they are JSON: browsers send untyped, text and form bodies
+    to any site without asking it first (no CORS preflight), so that a page on another site could
+    otherwise make its visitors' browsers call the semcache on their machine or network."""
+    content_type = request.headers.get("content-type")
+    if has_body(request.headers) and not declares_json(content_type):
+        raise UnsupportedMediaType(not_json_message(request.url.path, content_type), code="unsupported_media_type")
+
+
+def not_json_message(path: str, content_type: str | None, also: str = "") -> str:
+    """The 415's words, alike on every route: what to send, and what was sent."""
+    sent = f"this one has Content-Type: {content_type}" if content_type else "this one has no Content-Type"
+    return f"{path} takes a JSON body: send it with Content-Type: application/json{also} ({sent})"
 
 
 class BoundedJsonRequest(Request):

@@ -23,7 +23,7 @@ from ..settings import MAX_TTL_S
 from ..wire import ChatCompletionRequest
 from .access import bearer_token
 from .errors import error_response
-from .limits import BoundedJsonRoute, RequestBounds
+from .limits import BoundedJsonRoute, RequestBounds, require_json_body
 from .monitoring import require_metrics_key
 from .rendering import json_response, render
 
@@ -32,7 +32,7 @@ router = APIRouter(route_class=BoundedJsonRoute)
 # With fast_path on, valid chat requests reach chat_completions through fastpath.DirectRoute and this
 # route serves the rest (FastAPI's errors for bodies that do not validate); off, it serves them all.
 # Either way it is the OpenAPI schema's.
-chat_router = APIRouter(route_class=BoundedJsonRoute)
+chat_router = APIRouter(dependencies=[Depends(require_json_body)], route_class=BoundedJsonRoute)
 CHAT_PATH = "/v1/chat/completions"
 
 

@@ -37,6 +37,7 @@ _PATHS: dict[UpstreamApi, str] = {"chat": "/chat/completions", "completions": "/
 _RESPONSE_FINAL_EVENTS = frozenset(("response.completed", "response.incomplete", "response.failed"))
 # Without configured secrets, the upstream's errors are still scrubbed of anything that looks like one.
 _PATTERNS_ONLY = Redactor()
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class RemoteUpstream:
@@ -190,6 +191,21 @@ class RemoteUpstream:
             body=self._redact.scrub(body) if isinstance(body, dict) else None,
             headers=passed_on,
         )
+
+    async def unreachable_reason(self, timeout_s: float) -> str | None:
+        """Why the upstream cannot be reached, or None when it answers anything at all (an error
+        status too) to ``GET /models`` within ``timeout_s``: a check at start-up, never retried."""
+        request = self._client.build_request("GET", "/models", headers=self._headers({}), timeout=timeout_s)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.ConnectTimeout:
+            return f"no connection within {timeout_s:g} s"
+        except httpx.TimeoutException:
+            return f"connected, but no answer to GET /models within {timeout_s:g} s"
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+        await response.aclose()
+        return None
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -370,9 +386,15 @@ def _unavailable(exc: httpx.HTTPError, request: httpx.Request) -> UpstreamError:
 
 
 def upstream_address(request: httpx.Request) -> str:
-    """``host[:port]/path`` of a request to the upstream, for the errors that clients and operators
-    read: a wrong base URL shows in it, and never a password or query the URL may hold."""
-    url = request.url
+    """``scheme://host:port/path`` of a request to the upstream, for the errors that clients and
+    operators read: a wrong base URL shows in it, and never a password or query the URL may hold."""
+    return f"{server_address(request.url)}{request.url.path}"
+
+
+def server_address(url: httpx.URL | str) -> str:
+    """``scheme://host:port`` of an upstream URL, the port spelled out even when it is the
+    scheme's default: what names the upstream in errors and log lines, without its credentials."""
+    url = httpx.URL(url)
     host = f"[{url.host}]" if ":" in url.host else url.host
-    port = f":{url.port}" if url.port is not None else ""
-    return f"{host}{port}{url.path}"
+    port = url.port if url.port is not None else _DEFAULT_PORTS.get(url.scheme)
+    return f"{url.scheme}://{host}" + (f":{port}" if port is not None else "")

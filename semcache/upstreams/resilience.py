@@ -6,8 +6,11 @@ deadline. ``ResilientUpstream`` wraps another ``Upstream`` and speaks the same p
   and on total time. A stream is retried only until its first chunk has been passed on, and an
   answer too large to relay never.
 - Circuit breaker: after ``failure_threshold`` consecutive failures the circuit opens and calls
-  fail fast with a 503 and ``Retry-After``; after ``reset_after_s`` one probe is let through
-  (half-open), and its success closes the circuit again.
+  fail fast with a 503 that names the upstream and its last failure, with ``Retry-After`` and
+  ``X-Should-Retry: false`` (the openai SDKs would otherwise wait out ``Retry-After`` on each of
+  their own retries, and meet the same open circuit); after ``reset_after_s`` one probe is let
+  through (half-open), and its success closes the circuit again. A call whose failure opened the
+  circuit is not retried.
 - Concurrency cap: at most ``max_concurrent`` calls run at once and at most ``max_queued`` wait;
   beyond that a call is refused at once with a 429 and ``Retry-After``.
 """
@@ -27,6 +30,7 @@ from typing import Any, Literal, TypeVar
 from ..errors import SemcacheError, UpstreamAnswerTooLarge, UpstreamError, UpstreamUnavailable
 from ..observer import NullObserver, Observer
 from ..protocols import Relayed, RelayRequest, Upstream, UpstreamApi
+from ..wording import counted
 
 log = logging.getLogger("semcache.upstream")
 T = TypeVar("T")
@@ -51,13 +55,17 @@ CircuitState = Literal["closed", "open", "half_open"]
 
 class CircuitBreaker:
     def __init__(self, failure_threshold: int = 5, reset_after_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic, upstream: str = "the upstream") -> None:  # fmt: skip
+        """``upstream`` names what it guards in its errors and log lines ("the upstream at
+        http://host:port"): never a URL's credentials or query."""
         self.failure_threshold = failure_threshold
         self.reset_after_s = reset_after_s
+        self.upstream = upstream
         self._clock = clock
         self._failures = 0
         self._opened_at: float | None = None
         self._probing = False
+        self._last_failure: str | None = None
         self.opened = 0  # how many times it opened, for metrics
 
     @property
@@ -76,9 +84,11 @@ class CircuitBreaker:
             return
         assert self._opened_at is not None
         wait = max(1, math.ceil(self.reset_after_s - (self._clock() - self._opened_at)))
+        last = f" (the last: {self._last_failure})" if self._last_failure else ""
         raise UpstreamError(
-            "the upstream is failing; the circuit breaker is open", status_code=503, code="circuit_open",
-            headers={"Retry-After": str(wait)},
+            f"{self.upstream} is failing, so the circuit breaker is open: calls to it fail at once for {wait} s "
+            f"more, after {counted(self._failures, 'failure')} in a row{last}",
+            status_code=503, code="circuit_open", headers={"Retry-After": str(wait), "X-Should-Retry": "false"},
         )  # fmt: skip
 
     def release_probe(self) -> None:
@@ -90,11 +100,18 @@ class CircuitBreaker:
         self._opened_at = None
         self._probing = False
 
-    def record_failure(self) -> None:
+    def record_failure(self, reason: str | None = None) -> None:
+        """One more failure in a row; ``reason`` (the error's message) is quoted while the circuit is open."""
         self._failures += 1
+        self._last_failure = reason or self._last_failure
         if self._probing or self._failures >= self.failure_threshold:
             if self._opened_at is None or self._probing:
                 self.opened += 1
+                log.warning(
+                    "%s failed %s in a row (the last: %s): the circuit breaker is open, and calls to it "
+                    "fail at once for %g s", self.upstream, counted(self._failures, "time"), self._last_failure,
+                    self.reset_after_s,
+                )  # fmt: skip
             self._opened_at = self._clock()
             self._probing = False
 
@@ -177,7 +194,7 @@ class ResilientUpstream:
             except UpstreamError as exc:
                 self._count_error(exc)
                 if _upstream_fault(exc):
-                    self.breaker.record_failure()  # bytes are out: no retry, but the breaker learns
+                    self.breaker.record_failure(exc.message)  # bytes are out: no retry, but the breaker learns
                 raise
             finally:
                 await _close(chunks)
@@ -209,7 +226,7 @@ class ResilientUpstream:
         except UpstreamError as exc:
             self._count_error(exc)
             if _upstream_fault(exc):
-                self.breaker.record_failure()
+                self.breaker.record_failure(exc.message)
             else:
                 self.breaker.record_success()
             raise
@@ -256,13 +273,13 @@ class ResilientUpstream:
             except UpstreamError as exc:
                 self._count_error(exc)
                 if _upstream_fault(exc):
-                    self.breaker.record_failure()
+                    self.breaker.record_failure(exc.message)
                 else:
                     self.breaker.record_success()  # it answered: the client's request was at fault
                 delay = self._retry_delay(exc, attempt, started)
                 fields = {"upstream_status": exc.status_code, "attempt": attempt + 1}
                 if delay is None:
-                    log.warning("upstream call failed: %s", exc.message, extra=fields)
+                    log.warning("upstream call failed: %s; not retried", exc.message, extra=fields)
                     raise
                 log.warning("upstream call failed: %s; retrying in %.2f s", exc.message, delay, extra=fields)
                 attempt += 1
@@ -286,6 +303,8 @@ class ResilientUpstream:
             return None  # another try would fetch as large an answer
         if error.code == "circuit_open" or attempt + 1 >= self.retry.max_attempts:
             return None
+        if self.breaker.state != "closed":
+            return None  # this failure opened the circuit: another attempt would only meet it
         delay = self.retry.delay(attempt, _retry_after_s(error))
         if time.monotonic() - started + delay > self.retry.max_total_s:
             return None
