@@ -256,9 +256,9 @@ class Settings(BaseSettings):
         DEFAULT_THRESHOLD,
         ge=0.0,
         le=1.0,
-        description="The prior decision line (cosine 0-1) for a semantic hit: a namespace's line until it has "
-        "learn_min_labels labels, after which it learns its own within target_error; the line itself with "
-        "learn_threshold off.",
+        description="The prior decision line (cosine 0-1) for a semantic hit: a namespace's line starts above it, at "
+        "1 - 0.22 x (1 - threshold), and comes down within target_error as its evidence allows, candidates under it "
+        "verified (verify); the line itself with learn_threshold off or pinned for a namespace.",
     )
     templates: Path | None = Field(None, description="YAML or JSON file of curated question/answer templates.")
     template_threshold: float = Field(0.92, ge=0.0, le=1.0, description="Minimum cosine for a template match.")
