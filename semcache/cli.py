@@ -440,11 +440,11 @@ app.add_typer(eval_app, name="eval")
 
 _PAIRS_SYNOPSIS = (
     "semcache eval pairs FILE.jsonl [--threshold T] [--guards a,b|none] [--target-precision 0.95] [--config FILE] "
-    "[--plot curve.png] [--json]"
+    "[--verify sync|async|off] [--plot curve.png] [--json]"
 )
 _TRACE_SYNOPSIS = (
     "semcache eval trace FILE.jsonl [--learn|--static] [--threshold T] [--guards a,b|none] [--feedback-rate R] "
-    "[--seed N] [--config FILE] [--plot sweep.png] [--json]"
+    "[--verify sync|async|off] [--seed N] [--config FILE] [--plot sweep.png] [--json]"
 )
 
 
