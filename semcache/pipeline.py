@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from . import guards
 from .budget import ErrorBudgets
 from .coalescing import Flight, InFlight
 from .dialects import Dialect, HitReply
@@ -293,12 +294,17 @@ class Pipeline:
 
     def _template_match(self, key: RequestKey, vector: np.ndarray) -> Hit | None:
         """Templates' phrasings are embedded by every model; the request's model's are compared. A
-        script with its own threshold never matches below it: its model's cosines run higher."""
+        script with its own threshold never matches below it: its model's cosines run higher. The
+        namespace's guards veto a phrasing as they veto a stored prompt."""
         templates = self.templates.tier
         threshold = templates.threshold
         if key.language in (policy := self.policies.for_namespace(key.namespace)).thresholds:
             threshold = max(threshold, policy.threshold_for(key.language))
-        return templates.lookup_semantic(key, vector, self.embedding_model(key), threshold)
+
+        def passes_guards(question: str) -> bool:
+            return all(result.passed for result in guards.check(key.prompt, question, policy.guards))
+
+        return templates.lookup_semantic(key, vector, self.embedding_model(key), threshold, passes_guards)
 
     # -- the cache API: applications that call their model themselves -------------------------
 

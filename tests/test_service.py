@@ -419,3 +419,21 @@ def test_healthz_reports_a_failed_load(tmp_path, upstream: StandinUpstream) -> N
         health = httpx.get(f"{server.url}/healthz")
         assert health.status_code == 503 and health.json()["status"] == "failed"
         assert "nope" in health.json()["error"]
+
+
+def test_a_template_obeys_the_guards_like_every_other_tier(
+    make_client, serve: Callable[..., str], tmp_path, upstream: StandinUpstream
+) -> None:
+    path = tmp_path / "templates.yaml"
+    path.write_text(
+        "templates:\n"
+        "  - id: hours\n"
+        "    questions: ['When are you open?', 'What are your opening hours?']\n"
+        "    answer: 'We are open 9 to 5, Monday to Friday.'\n"
+    )
+    client = make_client(serve(templates=path))
+    # Each within the template's cosine (0.95), each vetoed by the negation guard.
+    for changed in ("What are not your opening hours?", "What aren't your opening hours?"):
+        answer, headers = ask(client, changed)
+        assert headers.get("x-semcache-tier") != "template" and answer == f"Answer to: {changed}", changed
+    assert ask(client, "What are your opening hours?!")[1].get("x-semcache-tier") == "template"

@@ -16,6 +16,7 @@ File format (YAML or JSON)::
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,15 @@ class TemplateTier:
         return None
 
     def lookup_semantic(
-        self, key: RequestKey, vector: np.ndarray, model: str | None = None, threshold: float | None = None
+        self,
+        key: RequestKey,
+        vector: np.ndarray,
+        model: str | None = None,
+        threshold: float | None = None,
+        accepts: Callable[[str], bool] | None = None,
     ) -> Hit | None:
-        """The nearest phrasing as ``model`` embedded it, at ``threshold`` (default: the tier's)."""
+        """The nearest phrasing as ``model`` embedded it, at ``threshold`` (default: the tier's), that
+        ``accepts`` lets answer the prompt (the guards)."""
         vectors = self._vectors.get(model)
         if key.has_history or vectors is None or not self._rows:
             return None
@@ -144,7 +151,7 @@ class TemplateTier:
             if similarity < (self.threshold if threshold is None else threshold):
                 return None
             template, question = self._rows[row]
-            if template.applies_to(key):
+            if template.applies_to(key) and (accepts is None or accepts(question)):
                 return Hit(
                     tier="template", answer=template.answer, matched_prompt=question, similarity=min(similarity, 1.0)
                 )
