@@ -41,9 +41,6 @@ LABEL_SOURCES: tuple[LabelSource, ...] = ("near_miss", "explored", "feedback")
 BIN_WIDTH = 0.005
 LOWEST_SIMILARITY = 0.40
 BINS = round((1.0 - LOWEST_SIMILARITY) / BIN_WIDTH)
-# How far below the line near misses are labelled, in units of the prior's distance from 1:
-# 0.135 of cosine for a prior of 0.91, 0.02 for the multilingual model's 0.987.
-NEAR_MISS_BAND = 1.5
 # The prior's error rate falls by e for each third of (1 - prior) above it, and rises alike below.
 _PRIOR_SLOPE = 3.0
 _PRIOR_WEIGHT = 1.0
@@ -59,7 +56,7 @@ _EXPLORE_BURST = 2.0
 LOWEST_LINE = 3.0
 MARGINAL_FACTOR = 3.0
 _RECOMPUTE_EVERY = 50
-# Where a verified namespace's line starts, in units of the prior's distance from 1, below 1.
+# Where a learning line starts, in units of the prior's distance from 1, below 1.
 START_LINE = 0.22
 # Clients choose namespaces: past this many namespace-and-script budgets, new ones keep the prior
 # and are not counted, so that neither memory nor the store grows without bound.
@@ -67,9 +64,9 @@ MAX_BUDGETS = 10_000
 
 
 def conservative_start(prior: float) -> float:
-    """Where a line that verification backs starts: ``START_LINE`` of the prior's distance from 1
-    below 1 (0.98 for MiniLM's 0.91). Under it, candidates are verified until evidence certifies
-    a lower line; the prior alone, unverified, serves too many look-alikes."""
+    """Where a line that learns starts: ``START_LINE`` of the prior's distance from 1 below 1 (0.98
+    for MiniLM's 0.91). Under it, candidates are verified (or, with ``verify: off``, not served) until
+    evidence certifies a lower line; the prior alone, unverified, serves too many look-alikes."""
     return round(1.0 - START_LINE * (1.0 - prior), 4)
 
 

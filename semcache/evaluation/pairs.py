@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from .. import guards
-from ..budget import START_LINE
+from ..budget import conservative_start
 from ..language import detect_script
 from ..quality import QualityPolicy
-from ..verification import VERIFY_BAND
+from ..verification import band_start
 from .data import DEFAULT_SEED
 from .embedding_cache import CachedEmbedder
 from .verifier import ErringVerifier
@@ -115,16 +115,16 @@ def evaluate_pairs(
         for row in range(len(rows))
     ], dtype=bool)  # fmt: skip
 
-    # A new namespace's line: with verification and learning, it starts above the threshold.
+    # A new namespace that verifies starts its line above the threshold. With ``verify: off`` the
+    # pairs are judged at the threshold itself: the score and guards alone, as under a pinned line.
     starts_high = policy.verify != "off" and policy.learn
 
     def line_at(threshold: float | np.ndarray) -> np.ndarray:
-        threshold = np.asarray(threshold)
-        return 1.0 - START_LINE * (1.0 - threshold) if starts_high else threshold
+        return np.vectorize(conservative_start)(threshold) if starts_high else np.asarray(threshold)
 
     def verified_band(threshold: float | np.ndarray) -> np.ndarray:
         """Pairs a new namespace with this threshold would verify."""
-        edge = np.maximum(0.0, threshold - VERIFY_BAND * (1.0 - np.asarray(threshold)))
+        edge = np.vectorize(band_start)(threshold)
         return (similarities >= edge) & (similarities < line_at(threshold)) & ~vetoed & (policy.verify == "sync")
 
     def accepted_at(threshold: float | np.ndarray) -> np.ndarray:

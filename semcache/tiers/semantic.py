@@ -123,7 +123,7 @@ class SemanticTier:
             rule = self.rule(name, language)
             estimate = self.budgets.estimate(name, language, rule, pinned=self.policies.pinned(name, language))
             verification = self.verification.describe(name, language, rule.prior)
-            verification["mode"] = self.policies.for_namespace(name).verify if self.verification.available else "off"
+            verification["mode"] = self._verify_mode(self.policies.for_namespace(name))
             estimates.append({"namespace": name, "language": language, **estimate.as_dict(),
                               "verification": verification})  # fmt: skip
         return estimates
@@ -148,10 +148,9 @@ class SemanticTier:
         rule = self.rule(key.namespace, key.language)
         line = self.budgets.line(key.namespace, key.language, rule)
         self.budgets.note_request(key.namespace)
-        # Near misses are looked at (and labelled) only where the line may yet move.
-        # Near misses are labelled from a floor that does not move with the line.
+        # Near misses are labelled only where the line may yet move, from a floor that does not move with it.
         floor = band_start(rule.prior) if rule.learn else line
-        verify = policy.verify if self.verification.available else "off"
+        verify = self._verify_mode(policy)
         edge = self.verification.lower_edge(key.namespace, key.language, rule.prior) if verify != "off" else 1.0
         lowest = min(floor, edge)
         decision = Decision(
@@ -218,7 +217,7 @@ class SemanticTier:
         policy = self.policies.for_namespace(key.namespace)
         rule = self.rule(key.namespace, key.language)
         line = self.budgets.line(key.namespace, key.language, rule)
-        verify = policy.verify if self.verification.available else "off"
+        verify = self._verify_mode(policy)
         edge = self.verification.lower_edge(key.namespace, key.language, rule.prior) if verify == "sync" else 1.0
         decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=candidate,
                             similarity=round(similarity, 4), language=key.language, threshold=line)  # fmt: skip
@@ -280,13 +279,16 @@ class SemanticTier:
     ) -> bool:
         """Whether a model approves the candidate: now (``sync``, or a verdict remembered), or in the
         background for the next time (``async``), which is no for this request."""
-        remembered = self.verification.remembered(case)
-        if mode == "async" and remembered is None:
+        if mode == "async" and self.verification.remembered(case) is None:
             self.verification.verify_later(case, headers)
             decision.verification = "pending"
             return False
-        decision.verification = remembered or await self.verification.verify(case, headers)
+        decision.verification = await self.verification.verify(case, headers)  # a remembered verdict is free
         return decision.verification == "yes"
+
+    def _verify_mode(self, policy: QualityPolicy) -> str:
+        """The namespace's ``verify``, or "off" where no verifier is configured."""
+        return policy.verify if self.verification.available else "off"
 
     async def _read_whole(self, key: RequestKey, text: str) -> bool:
         """Whether the key's embedding model reads all of ``text`` (True when it cannot tell)."""
