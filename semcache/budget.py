@@ -177,6 +177,11 @@ class ErrorBudgets:
         self._unseen: Counter[tuple[str, str]] = Counter()  # changes since its lines were worked out
         self._allowance: dict[str, float] = {}  # per namespace: explorations it may make now
 
+    @property
+    def z(self) -> float:
+        """The one-sided normal quantile of ``confidence``: how sure a bound must be."""
+        return self._z
+
     # -- deciding ----------------------------------------------------------------------------------
 
     def line(self, namespace: str, language: str, rule: BudgetRule) -> float:
@@ -204,16 +209,27 @@ class ErrorBudgets:
         """Whether to answer this would-be hit from the upstream instead, to label it: only once the
         line is learned, by chance, and within ``explore_share`` of this namespace's requests.
         Each yes is counted as explored."""
-        if not rule.learn or self.explore_share <= 0:
+        if not rule.learn:
             return False
         with self._lock:
             evidence = self._evidence.get((namespace, language))
             if evidence is None or evidence.labels_total < self.min_labels:
                 return False
+        if not self.spend_exploration(namespace):
+            return False
+        self._add(namespace, language, {"n:explored": 1})
+        return True
+
+    def spend_exploration(self, namespace: str) -> bool:
+        """Whether to spend one full upstream answer beyond the misses now (an explored hit, an
+        audited verified hit, a re-asked exact hit): by chance, within ``explore_share`` of the
+        namespace's requests. Every kind draws on the one allowance."""
+        if self.explore_share <= 0:
+            return False
+        with self._lock:
             if self._allowance.get(namespace, 0.0) < 1.0 or self._rng.random() >= _EXPLORE_CHANCE:
                 return False
             self._allowance[namespace] -= 1.0
-        self._add(namespace, language, {"n:explored": 1})
         return True
 
     # -- evidence ----------------------------------------------------------------------------------

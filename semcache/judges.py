@@ -7,11 +7,16 @@ the ``embedding`` judge compares the two answers' embeddings against a cut-off, 
 ``upstream`` judge asks the model itself. Any judge may abstain (None): no label is better than a
 guess.
 
-The embedding judge calibrates its cut-off on each namespace's own answers: answers to unrelated
-questions there show how alike two different answers read (a support bot's greeting and signature
-make every pair of its answers close), and "the same" must be clearly above that. It learns that
-from the answers it judges and, until it has seen enough, from every answer the namespace is sent;
-until then it says "the same" only for the same words.
+The embedding judge calibrates its cut-offs on each namespace's own answers, from both sides:
+- answers to unrelated questions there show how alike two different answers read (a support bot's
+  greeting and signature make every pair of its answers close), and "the same" must be clearly
+  above that. It learns that from the answers it judges and, until it has seen enough, from every
+  answer the namespace is sent; until then it says "the same" only for the same words;
+- answers to one question asked again (a few exact hits answered from the upstream instead) show
+  how differently a model words one answer: it says "different" only under what they almost never
+  read like. It does not say "the same" any lower for them: answers to look-alike questions read
+  as alike as a rewording, and a "same" label there would talk the line down.
+Between the two it abstains.
 """
 
 from __future__ import annotations
@@ -59,6 +64,12 @@ _MAX_LEVELS = 10_000
 _MAX_OBSERVED = 64
 # Two questions at least this alike are one question asked again: their answers say nothing.
 _SAME_QUESTION = 0.999
+# Pairs of answers to one question asked again: wanted per namespace and model, kept, and needed
+# before they move the cut-off; "different" only under the share of them that almost none read below.
+_REASKED_WANTED = 32
+_REASKED_KEPT = 128
+_MIN_REASKED = 10
+_REASKED_QUANTILE = 0.05
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,14 @@ class AnswerJudge(Protocol):
         judge, but it shows how the namespace's answers read."""
         ...
 
+    def wants_reasked(self, namespace: str, embedding_model: str) -> bool:
+        """Whether two answers to one question would teach the judge more (worth a full answer)."""
+        ...
+
+    async def observe_reasked(self, namespace: str, embedding_model: str, first: str, second: str) -> None:
+        """Two answers the upstream gave to one question: how alike "the same" answer reads."""
+        ...
+
 
 def normalised(text: str) -> str:
     """Case, Unicode forms, punctuation and spacing left out: what a reader would not count as a change."""
@@ -112,6 +131,12 @@ class TextJudge:
         return None
 
     async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
+        return None
+
+    def wants_reasked(self, namespace: str, embedding_model: str) -> bool:
+        return False
+
+    async def observe_reasked(self, namespace: str, embedding_model: str, first: str, second: str) -> None:
         return None
 
 
@@ -163,6 +188,8 @@ class EmbeddingJudge:
         # Per namespace and model: how alike unrelated answers read, the highest seen, so that a
         # burst of unlike answers (a client's, say) cannot talk the cut-off back down.
         self._levels: dict[tuple[str, str], float] = {}
+        # Per namespace and model: how alike two answers to one question asked again read.
+        self._reasked: dict[tuple[str, str], deque[float]] = {}
 
     async def same_answer(self, case: JudgeCase) -> bool | None:
         if normalised(case.fresh_answer) == normalised(case.cached_answer):
@@ -177,16 +204,31 @@ class EmbeddingJudge:
         level = self._levels.get(key)
         self._learn(key, self._reference(key), question, fresh)
         cosine = float(fresh @ cached)
-        cutoff = self._cutoff(level)
+        same_at, different_at = self._cutoffs(level, self._reasked.get(key))
         if level is None:  # not calibrated: "different" only, which holds hits back
-            return False if cosine <= cutoff - self.margin else None
-        if cutoff > _HIGHEST_CUTOFF:
+            return False if cosine <= different_at else None
+        if same_at > _HIGHEST_CUTOFF:
             return None
-        if cosine >= cutoff:
+        if cosine >= same_at:
             return True
-        if cosine <= cutoff - self.margin:
+        if cosine <= different_at:
             return False
         return None
+
+    def wants_reasked(self, namespace: str, embedding_model: str) -> bool:
+        key = (namespace, embedding_model)
+        pairs = self._reasked.get(key)
+        if pairs is None:
+            return len(self._reasked) < _MAX_LEVELS
+        return len(pairs) < _REASKED_WANTED
+
+    async def observe_reasked(self, namespace: str, embedding_model: str, first: str, second: str) -> None:
+        key = (namespace, embedding_model)
+        if not self.wants_reasked(namespace, embedding_model):
+            return
+        first_vector = await self._embed(first[:_EMBEDDED_CHARS], embedding_model)
+        second_vector = await self._embed(second[:_EMBEDDED_CHARS], embedding_model)
+        self._reasked.setdefault(key, deque(maxlen=_REASKED_KEPT)).append(float(first_vector @ second_vector))
 
     async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
         """Until the namespace's model is calibrated, learn from the answers to its misses too (an
@@ -203,17 +245,19 @@ class EmbeddingJudge:
 
     def describe(self, namespace: str) -> dict[str, Any]:
         models = {}
-        for key in dict.fromkeys([*self._levels, *self._references]):
+        for key in dict.fromkeys([*self._levels, *self._references, *self._reasked]):
             if key[0] != namespace:
                 continue
             level = self._levels.get(key)
-            cutoff = self._cutoff(level)
+            reasked = self._reasked.get(key)
+            same_at, different_at = self._cutoffs(level, reasked)
             reference = self._references.get(key)
             models[key[1]] = {
-                "same_at": None if level is None else round(cutoff, 4), "different_at": round(cutoff - self.margin, 4),
+                "same_at": None if level is None else round(same_at, 4), "different_at": round(different_at, 4),
                 "unrelated_pairs": len(reference.unrelated) if reference is not None else 0,
                 "unrelated_level": None if level is None else round(level, 4),
-                "abstains": cutoff > _HIGHEST_CUTOFF,
+                "reasked_pairs": len(reasked) if reasked is not None else 0,
+                "abstains": same_at > _HIGHEST_CUTOFF,
             }  # fmt: skip
         return {"judge": "embedding", "min_similarity": self.min_similarity, "models": models}
 
@@ -222,10 +266,18 @@ class EmbeddingJudge:
             del self._references[key]
         for key in [key for key in self._levels if key[0] == namespace]:
             del self._levels[key]
+        for key in [key for key in self._reasked if key[0] == namespace]:
+            del self._reasked[key]
 
-    def _cutoff(self, level: float | None) -> float:
-        """The cosine "the same" needs, given how alike unrelated answers read (None: not known)."""
-        return self.min_similarity if level is None else max(self.min_similarity, level + self.margin)
+    def _cutoffs(self, level: float | None, reasked: deque[float] | None) -> tuple[float, float]:
+        """The cosines "the same" needs and "different" stays under, given how alike unrelated
+        answers read (``level``, None: not known) and answers to one question asked again."""
+        same_at = self.min_similarity if level is None else max(self.min_similarity, level + self.margin)
+        different_at = same_at - self.margin
+        if reasked is not None and len(reasked) >= _MIN_REASKED:
+            seen = np.fromiter(reasked, dtype=np.float64)
+            different_at = min(different_at, float(np.quantile(seen, _REASKED_QUANTILE)))
+        return same_at, different_at
 
     def _learn(self, key: tuple[str, str], reference: _Reference, question: np.ndarray, answer: np.ndarray) -> None:
         now = reference.add(question, answer)
@@ -297,6 +349,12 @@ class UpstreamJudge:
 
     async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
         await self._fallback.observe(namespace, embedding_model, question, answer)
+
+    def wants_reasked(self, namespace: str, embedding_model: str) -> bool:
+        return self._fallback.wants_reasked(namespace, embedding_model)
+
+    async def observe_reasked(self, namespace: str, embedding_model: str, first: str, second: str) -> None:
+        await self._fallback.observe_reasked(namespace, embedding_model, first, second)
 
 
 def load_judge(settings: Settings, embed: Embed, upstream: Upstream) -> AnswerJudge:

@@ -112,7 +112,7 @@ class Lookup:
     @property
     def explored(self) -> bool:
         """A would-be hit answered from the upstream instead, to learn whether it was right."""
-        return self.probe is not None and self.probe.source == "explored" and self.coalesced_tier is None
+        return self.probe is not None and self.probe.source != "near_miss" and self.coalesced_tier is None
 
     @property
     def answer_key(self) -> RequestKey | None:
@@ -266,11 +266,15 @@ class Pipeline:
     async def _find(self, lookup: Lookup) -> Hit | None:
         assert lookup.key is not None
         now = self.clock()
+        self.budgets.note_request(lookup.key.namespace)  # what the namespace may spend on exploring grows
         if lookup.conversation_key is not None:  # this conversation asked it before
             hit = await self.exact.lookup(lookup.conversation_key, now)
             if hit is not None:
                 return hit
-        hit = await self.exact.lookup(lookup.key, now) or self.templates.tier.lookup_exact(lookup.key)
+        hit = await self.exact.lookup(lookup.key, now)
+        if hit is not None and self._reask(lookup, hit):
+            return None
+        hit = hit or self.templates.tier.lookup_exact(lookup.key)
         if hit is not None or not lookup.dialect.semantic:
             return hit
         candidates = None
@@ -287,6 +291,26 @@ class Pipeline:
                                             headers=lookup.upstream_headers)  # fmt: skip
         lookup.probe = result.probe
         return result.hit
+
+    def _reask(self, lookup: Lookup, hit: Hit) -> bool:
+        """Whether to answer this exact hit from the upstream instead, so that the judge sees how
+        two answers to one question read: a few, while the judge wants them and the namespace learns."""
+        key = lookup.key
+        assert key is not None
+        if self.judge is None or not lookup.explore or hit.entry_id is None or hit.tool_calls is not None:
+            return False
+        if not self.semantic.rule(key.namespace, key.language).learn:
+            return False
+        if not self.judge.wants_reasked(key.namespace, self.embedding_model(key)):
+            return False
+        if not self.budgets.spend_exploration(key.namespace):
+            return False
+        lookup.probe = Probe(hit.entry_id, 1.0, hit.matched_prompt, hit.answer, "reasked")
+        self.decisions.add(Decision(key.namespace, key.prompt, "explored: an exact hit, answered from the upstream "
+                                    "to see how two answers to one question read", candidate=hit.matched_prompt,
+                                    similarity=1.0, entry_id=hit.entry_id, language=key.language,
+                                    explored=True))  # fmt: skip
+        return True
 
     def embedding_model(self, key: RequestKey) -> str:
         """The model for this request's namespace and script."""
@@ -475,8 +499,12 @@ class Pipeline:
         """Make the explored candidate the lookup's hit: what it would have been unexplored."""
         probe = lookup.probe
         assert probe is not None
-        lookup.hit = Hit(tier="semantic", answer=probe.answer, matched_prompt=probe.prompt, entry_id=probe.entry_id,
-                         similarity=min(probe.similarity, 1.0))  # fmt: skip
+        if probe.source == "reasked":
+            lookup.hit = Hit(tier="exact", answer=probe.answer, matched_prompt=probe.prompt, entry_id=probe.entry_id)
+        else:
+            lookup.hit = Hit(tier="semantic", answer=probe.answer, matched_prompt=probe.prompt,
+                             entry_id=probe.entry_id, similarity=min(probe.similarity, 1.0),
+                             verified=probe.source == "audit")  # fmt: skip
         lookup.probe = None
         log.info("the upstream failed for an explored request; served its cached answer")
 
@@ -700,12 +728,16 @@ class Pipeline:
         """Judge, off the request's path, whether the probed candidate's answer would have done; with
         no candidate, show the judge the answer (how this namespace's answers read)."""
         probe, key, vector = lookup.probe, lookup.key, lookup.vector
-        if key is None or vector is None or self.judge is None or lookup.coalesced_tier is not None:
+        if key is None or self.judge is None or lookup.coalesced_tier is not None:
             return
         if len(self._labelling) >= _MAX_PENDING_LABELS:
             return
         model = self.embedding_model(key)
-        if probe is None:
+        if probe is not None and probe.source == "reasked":  # an exact hit: no vector, none needed
+            work = self._observe_reasked(key.namespace, model, probe.answer, answer)
+        elif vector is None:
+            return
+        elif probe is None:
             if not lookup.controls.store or not self.semantic.rule(key.namespace, key.language).learn:
                 return  # labels only teach a line that learns; an answer not kept is not read either
             if len(self._labelling) >= _MAX_PENDING_LABELS // 2:
@@ -727,6 +759,13 @@ class Pipeline:
         except Exception:
             log.exception("the judge could not read an answer")
 
+    async def _observe_reasked(self, namespace: str, model: str, first: str, second: str) -> None:
+        assert self.judge is not None
+        try:
+            await self.judge.observe_reasked(namespace, model, first, second)
+        except Exception:
+            log.exception("the judge could not read two answers to one question")
+
     async def _judge(self, namespace: str, language: str, probe: Probe, case: JudgeCase) -> None:
         assert self.judge is not None
         try:
@@ -742,7 +781,10 @@ class Pipeline:
                 await self.store.raise_min_similarity(probe.entry_id, min(1.0, probe.similarity + _FEEDBACK_MARGIN))
             except StoreUnavailable as exc:
                 log.warning("could not raise a refuted entry's threshold: %s", exc.message)
-        self.budgets.label(namespace, language, probe.similarity, same, probe.source)
+        if probe.source == "audit":  # the verifier's label, not the line's
+            self.semantic.audited(namespace, language, probe.similarity, same)
+        elif probe.source in ("near_miss", "explored"):
+            self.budgets.label(namespace, language, probe.similarity, same, probe.source)
 
     async def labels_settled(self) -> None:
         """Wait for the labels being judged (for replays and tests)."""

@@ -13,6 +13,11 @@ timeout or an open breaker is a miss. Guards always veto first: a verifier never
 - The band's lower edge starts ``VERIFY_BAND`` times the prior's distance from 1 below the prior
   (0.70 for MiniLM's 0.91) and rises, per namespace and script, to where candidates stop passing:
   verifying where a model almost always says no costs calls, and lets its false yeses through.
+- The verifier is audited: a small share of verified hits is answered from the upstream instead and
+  judged like any explored hit. Where audited verified hits are surely wrong more often than the
+  namespace's ``target_error``, the band's edge rises past them, up to the line: the namespace
+  narrows its band, or stops verifying. Verdicts teach the band only; they are never counted as
+  the error budget's labels.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ _VERDICTS_PER_NAMESPACE = 512
 _VERDICT_NAMESPACES = 2_000
 # Edges learned: at most this many namespace-and-script pairs; further ones keep the starting edge.
 _MAX_BANDS = 10_000
+# Audits pooled from the edge up before their wrong share can move it.
+_MIN_AUDITS = 10
 # Background verifications at once (async); past this, a candidate goes unverified this time.
 _MAX_PENDING = 64
 _FIRST_WORD = re.compile(r"[A-Za-z]+")
@@ -203,6 +210,39 @@ class _Band:
                 asked = passed_here = 0
 
 
+class _Audit:
+    """One namespace and script's audited verified hits by similarity bin, and the edge they taught."""
+
+    def __init__(self) -> None:
+        self.asked: dict[int, int] = {}
+        self.wrong: dict[int, int] = {}
+        self.edge = 0.0
+
+    @property
+    def totals(self) -> tuple[int, int]:
+        return sum(self.asked.values()), sum(self.wrong.values())
+
+    def add(self, similarity: float, correct: bool, target_error: float, z: float) -> None:
+        index = math.floor(similarity / _BIN_WIDTH)
+        self.asked[index] = self.asked.get(index, 0) + 1
+        self.wrong[index] = self.wrong.get(index, 0) + (not correct)
+        # From the edge up, in runs of at least _MIN_AUDITS: rise past each run whose wrong share
+        # is surely (its lower bound is) above the budget, and stop at the first that is not.
+        asked = wrong = 0
+        for low in sorted(self.asked):
+            if low * _BIN_WIDTH < self.edge - 1e-9:
+                continue
+            asked += self.asked[low]
+            wrong += self.wrong[low]
+            if asked < _MIN_AUDITS:
+                continue
+            lower, _ = wilson(wrong / asked, asked, z)
+            if lower <= target_error:
+                break
+            self.edge = round((low + 1) * _BIN_WIDTH, 4)
+            asked = wrong = 0
+
+
 class Verification:
     """Decides when to verify, asks the verifier, remembers verdicts and learns the band. Thread-safe
     for its counts; its calls run on the event loop."""
@@ -215,6 +255,7 @@ class Verification:
         self._lock = threading.Lock()
         self._verdicts: OrderedDict[str, OrderedDict[tuple[str, int], Verdict]] = OrderedDict()
         self._bands: dict[tuple[str, str], _Band] = {}
+        self._audits: dict[tuple[str, str], _Audit] = {}
         self._pending: set[asyncio.Task[None]] = set()
 
     @property
@@ -226,7 +267,21 @@ class Verification:
         start = band_start(prior)
         with self._lock:
             band = self._bands.get((namespace, language))
-            return max(start, band.edge) if band is not None else start
+            audit = self._audits.get((namespace, language))
+            return max(start, band.edge if band else 0.0, audit.edge if audit else 0.0)
+
+    def audited(self, namespace: str, language: str, similarity: float, correct: bool, target_error: float,
+                z: float) -> None:  # fmt: skip
+        """A judge's label of a verified hit that was answered from the upstream instead. ``z``: the
+        one-sided normal quantile of the confidence the edge rises with."""
+        key = (namespace, language)
+        with self._lock:
+            audit = self._audits.get(key)
+            if audit is None:
+                if len(self._audits) >= _MAX_BANDS:
+                    return
+                audit = self._audits[key] = _Audit()
+            audit.add(similarity, correct, target_error, z)
 
     def remembered(self, case: VerificationCase) -> Verdict | None:
         if case.entry_id is None:
@@ -287,16 +342,27 @@ class Verification:
             self._verdicts.pop(namespace, None)
             for key in [k for k in self._bands if k[0] == namespace]:
                 del self._bands[key]
+            for key in [k for k in self._audits if k[0] == namespace]:
+                del self._audits[key]
 
-    def describe(self, namespace: str, language: str, prior: float) -> dict[str, Any]:
+    def describe(
+        self, namespace: str, language: str, prior: float, target_error: float = 0.01, z: float = _Z
+    ) -> dict[str, Any]:
+        """The band, its verdicts, and the audit of its verified hits: their wrong share is
+        ``certified`` once its upper bound at the budget's confidence is within ``target_error``."""
         with self._lock:
             band = self._bands.get((namespace, language))
             asked = sum(band.asked.values()) if band else 0
             passed = sum(band.passed.values()) if band else 0
+            audit = self._audits.get((namespace, language))
+            audited, wrong = audit.totals if audit else (0, 0)
             remembered = len(self._verdicts.get(namespace, ()))
         edge, start = self.lower_edge(namespace, language, prior), band_start(prior)
+        upper = wilson(wrong / audited, audited, z)[1] if audited else 1.0
         return {"lower_edge": round(edge, 4), "start": round(start, 4), "verified": asked, "passed": passed,
-                "remembered": remembered}  # fmt: skip
+                "remembered": remembered,
+                "audit": {"audited": audited, "wrong": wrong, "wrong_upper_bound": round(upper, 4),
+                          "certified": upper <= target_error}}  # fmt: skip
 
     def _remember(self, case: VerificationCase, verdict: Verdict) -> None:
         if case.entry_id is None:

@@ -277,3 +277,84 @@ async def test_the_upstream_judge_falls_back_when_the_model_fails_or_rambles() -
     judge = UpstreamJudge(FakeModel(RuntimeError("503"), "It depends."), fallback=TextJudge())
     assert await judge.same_answer(case("Open settings", "open Settings!")) is True  # the fallback's verdict
     assert await judge.same_answer(case("Open settings", "Call us")) is None
+
+
+# One answer, as a model words it twice: real rewordings read far apart in an embedding.
+REWORDED = [
+    (
+        "Open Settings, choose Security and press Reset password; a link arrives by email.",
+        "You can get a new password from the security page of your account settings, and we will mail you a link.",
+    ),
+    (
+        "Boil the egg for six minutes, then cool it in cold water so the yolk stays soft.",
+        "Six minutes in boiling water does it; a cold bath afterwards keeps the centre runny.",
+    ),
+    (
+        "Water a cactus every two to three weeks, and less in winter.",
+        "Cacti need little: a soak about twice a month in summer, hardly any in the cold months.",
+    ),
+    (
+        "Plant tulip bulbs in autumn, six weeks before the ground freezes.",
+        "Put the bulbs in during the fall, roughly a month and a half ahead of the first hard frost.",
+    ),
+    ("Multiply by nine fifths and add thirty-two.", "Take the Celsius value times 1.8, then add 32 to get Fahrenheit."),
+    (
+        "Keep a regular bedtime and avoid screens for an hour before.",
+        "Going to bed at the same time each night and putting the phone away early helps you sleep.",
+    ),
+    ("Branches open from nine until noon on Saturdays.", "On Saturday mornings we are open between 9am and 12."),
+    (
+        "Air scatters blue sunlight more than red, so the sky looks blue.",
+        "Blue light bounces around the atmosphere far more than the longer red wavelengths do.",
+    ),
+    (
+        "Cross the long end over, loop it behind, then fold and pull it through.",
+        "Start with one side longer, wrap it over and under, make a bow with the short end and tuck the loop.",
+    ),
+    (
+        "Store the bread in a paper bag at room temperature and eat it within three days.",
+        "Keep loaves out of the fridge, wrapped in paper, and finish them in a few days.",
+    ),
+    (
+        "Restart the router, wait a minute, then reconnect your laptop to the network.",
+        "Switch the router off and on again; after about sixty seconds join the Wi-Fi once more.",
+    ),
+    (
+        "Use a soft brush and warm soapy water, then rinse the shoes and let them air dry.",
+        "Scrub gently with mild soap in lukewarm water, rinse, and leave them to dry naturally.",
+    ),
+]
+TULIPS_REWORDED = case(REWORDED[3][1], REWORDED[3][0], question="When should I plant tulips?", namespace="garden")
+
+
+@pytest.mark.slow
+async def test_answers_to_one_question_asked_again_stop_the_judge_calling_a_rewording_wrong(embed: Any) -> None:
+    judge = EmbeddingJudge(embed, min_similarity=0.85)
+    await judge_unrelated_answers(judge, "garden", wrap=False)
+    assert await cosine(embed, *REWORDED[3]) < 0.8  # a right answer, worded apart
+    # Knowing only unrelated answers, the judge calls it wrong: a false label that holds hits back.
+    assert await judge.same_answer(TULIPS_REWORDED) is False
+    assert judge.wants_reasked("garden", "all-MiniLM-L6-v2")
+
+    for first, second in REWORDED:
+        await judge.observe_reasked("garden", "all-MiniLM-L6-v2", first, second)
+    learned = judge.describe("garden")["models"]["all-MiniLM-L6-v2"]
+    assert learned["reasked_pairs"] == len(REWORDED)
+    assert learned["different_at"] < 0.5 and learned["same_at"] == 0.85  # "the same" is never said lower
+    assert await judge.same_answer(TULIPS_REWORDED) is None  # between the two sides: no label
+    unrelated = case("Plant them in autumn, six weeks before the ground freezes.",
+                     "Multiply by nine fifths and add thirty-two.", namespace="garden")  # fmt: skip
+    assert await judge.same_answer(unrelated) is False
+    # Another namespace learned nothing from this one's answers.
+    assert judge.describe("shop")["models"] == {}
+    judge.forget("garden")
+    assert judge.describe("garden")["models"] == {}
+
+
+async def test_a_judge_wants_answers_to_one_question_only_until_it_has_enough(embed: Any) -> None:
+    judge = EmbeddingJudge(embed, min_similarity=0.85)
+    for number in range(judges._REASKED_WANTED):
+        assert judge.wants_reasked("ns", "m")
+        await judge.observe_reasked("ns", "m", f"answer {number}", f"the answer {number}")
+    assert not judge.wants_reasked("ns", "m")
+    assert not TextJudge().wants_reasked("ns", "m")

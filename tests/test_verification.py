@@ -146,6 +146,30 @@ def test_the_band_rises_to_where_candidates_stop_passing_in_that_namespace_alone
     assert verification.lower_edge("ns", "latin", 0.91) == start
 
 
+def test_audited_verified_hits_that_go_wrong_narrow_the_band_and_then_stop_verification() -> None:
+    verification = Verification(CountingVerifier("yes"))
+    start = band_start(0.91)
+    z = 1.2816
+    for _ in range(30):  # right where audited: the band stays, and its wrong share is certified
+        verification.audited("ns", "latin", 0.93, True, 0.01, z)
+    audit = verification.describe("ns", "latin", 0.91, 0.01, z)["audit"]
+    assert audit == {"audited": 30, "wrong": 0, "wrong_upper_bound": audit["wrong_upper_bound"], "certified": False}
+    for _ in range(200):
+        verification.audited("ns", "latin", 0.93, True, 0.01, z)
+    assert verification.describe("ns", "latin", 0.91, 0.01, z)["audit"]["certified"]
+    assert verification.lower_edge("ns", "latin", 0.91) == start
+
+    for number in range(12):  # the low part of the band: one audited hit in three is wrong
+        verification.audited("ns", "latin", start + 0.01, number % 3 != 0, 0.01, z)
+    assert start + 0.01 < verification.lower_edge("ns", "latin", 0.91) <= start + 0.04
+    for _ in range(20):  # then everywhere else too: no band is left
+        verification.audited("ns", "latin", 0.93, False, 0.01, z)
+    assert verification.lower_edge("ns", "latin", 0.91) >= 0.94
+    assert verification.lower_edge("other", "latin", 0.91) == start
+    verification.forget("ns")
+    assert verification.lower_edge("ns", "latin", 0.91) == start
+
+
 # -- through the service --------------------------------------------------------------------------
 
 
@@ -278,3 +302,40 @@ def test_a_file_naming_the_old_verifier_settings_starts_with_a_warning(
     output = log.read_text()
     for name in ("verifier", "verify_below", "verifier_min_score"):
         assert f"'{name}' is no longer used" in output
+
+
+@pytest.mark.slow
+def test_a_few_verified_hits_are_audited_and_a_few_exact_hits_reasked_within_the_explore_share(
+    serve: Callable[..., str], make_client: Callable[..., openai.OpenAI], upstream: StandinUpstream
+) -> None:
+    url = serve(explore_share=0.1)
+    client = make_client(url)
+    ask(client, QUESTION)
+    no_store = {"Cache-Control": "no-store"}  # every repeat finds the cached question, not itself
+    outcomes = []
+    for _ in range(60):
+        answer, headers = ask(client, PARAPHRASE, extra_headers=no_store)
+        outcomes.append((headers["x-semcache"], headers.get("x-semcache-explored"), answer))
+    audited = [o for o in outcomes if o[1] == "true"]
+    # Audited: answered from the upstream, as a miss would be; the rest served verified, within the share.
+    assert audited and all(o[0] == "miss" and o[2] == f"Answer to: {PARAPHRASE}" for o in audited)
+    assert len(audited) <= 0.1 * len(outcomes) + 2
+    assert sum(o[0] == "hit" for o in outcomes) == len(outcomes) - len(audited)
+    assert len(verifications(upstream)) == 1  # the verdict was remembered throughout
+    decisions = httpx.get(f"{url}/admin/decisions?limit=100").json()["data"]
+    assert any(d["decision"].startswith("explored: a verified hit") and d["verification"] == "yes" for d in decisions)
+    script = httpx.get(f"{url}/admin/namespaces/default/quality").json()["scripts"][0]
+    assert set(script["verification"]["audit"]) == {"audited", "wrong", "wrong_upper_bound", "certified"}
+
+    calls = upstream.chat_calls()
+    reasked = 0
+    for _ in range(60):  # an exact hit now and then goes upstream, for the judge to see two answers
+        _, headers = ask(client, QUESTION)
+        reasked += headers["x-semcache"] == "miss"
+    assert 1 <= reasked <= 0.1 * 60 + 2 and upstream.chat_calls() == calls + reasked
+
+    def reasked_pairs() -> int:
+        models = httpx.get(f"{url}/admin/namespaces/default/quality").json()["judge"]["models"]
+        return sum(model["reasked_pairs"] for model in models.values())
+
+    settle(lambda: reasked_pairs() == reasked)  # the judge saw each pair of answers to the one question

@@ -193,6 +193,12 @@ class _AuditedJudge:
     async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
         await self._inner.observe(namespace, embedding_model, question, answer)
 
+    def wants_reasked(self, namespace: str, embedding_model: str) -> bool:
+        return self._inner.wants_reasked(namespace, embedding_model)
+
+    async def observe_reasked(self, namespace: str, embedding_model: str, first: str, second: str) -> None:
+        await self._inner.observe_reasked(namespace, embedding_model, first, second)
+
 
 async def evaluate_trace(
     rows: list[dict[str, Any]],
@@ -250,7 +256,8 @@ async def evaluate_trace(
     report.verification = {"mode": policy.verify, "asked": verifier.calls, "verdicts": dict(verifier.verdicts),
                            "share_of_requests": round(verifier.calls / len(rows), 4) if rows else 0.0,
                            "prompt_tokens": verifier.prompt_tokens,
-                           "band": verification.describe("eval", "latin", prior)}  # fmt: skip
+                           "band": verification.describe("eval", "latin", prior, policy.target_error,
+                                                         budgets.z)}  # fmt: skip
     report.seconds = round(time.monotonic() - started, 2)
     return report
 

@@ -8,7 +8,8 @@ A candidate is served only if, in order:
 2. it was never reported wrong for this query (negative feedback);
 3. every enabled guard passes (numbers, negation, entities, ...);
 4. under the line but within the verification band (``semcache.verification``), a model says the
-   cached answer answers the query: the first such candidate is verified, and decides.
+   cached answer answers the query: the first such candidate is verified, and decides. A few
+   verified hits are audited instead: answered from the upstream, and judged.
 Each lookup leaves a ``Decision`` that explains the outcome. A similar request still in flight is
 judged by the same rules (``accepts_in_flight``), less those that need a stored entry.
 
@@ -29,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .. import guards
-from ..budget import BudgetRule, ErrorBudgets, LabelSource, conservative_start
+from ..budget import BudgetRule, ErrorBudgets, conservative_start
 from ..entries import CacheEntry
 from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
@@ -43,6 +44,9 @@ from .base import Hit
 _CANDIDATES = 4
 InFlightVerdict = Literal["serve", "verify", "no"]
 _INLINE_TOKENIZE_CHARS = 4_000
+# "audit": a verified hit answered from the upstream instead, to check the verifier; "reasked": an
+# exact hit answered from the upstream instead, to show the judge two answers to one question.
+ProbeSource = Literal["near_miss", "explored", "audit", "reasked"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Probe:
     similarity: float
     prompt: str
     answer: str
-    source: LabelSource  # "near_miss" or "explored"
+    source: ProbeSource
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ class SemanticTier:
         for name, language in keys:
             rule = self.rule(name, language)
             estimate = self.budgets.estimate(name, language, rule, pinned=self.policies.pinned(name, language))
-            verification = self.verification.describe(name, language, rule.prior)
+            verification = self.verification.describe(name, language, rule.prior, rule.target_error, self.budgets.z)
             verification["mode"] = self._verify_mode(self.policies.for_namespace(name))
             estimates.append({"namespace": name, "language": language, **estimate.as_dict(),
                               "verification": verification})  # fmt: skip
@@ -147,7 +151,6 @@ class SemanticTier:
             candidates = await loop.run_in_executor(self._search_thread, self.candidates, key, vector)
         rule = self.rule(key.namespace, key.language)
         line = self.budgets.line(key.namespace, key.language, rule)
-        self.budgets.note_request(key.namespace)
         # Near misses are labelled only where the line may yet move, from a floor that does not move with it.
         floor = band_start(rule.prior) if rule.learn else line
         verify = self._verify_mode(policy)
@@ -186,6 +189,12 @@ class SemanticTier:
                     case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, entry.id,
                                             entry.prompt, entry.answer, key.model, similarity)  # fmt: skip
                     if await self._verified(case, verify, decision, headers or {}):
+                        if explore and self.budgets.spend_exploration(key.namespace):
+                            decision.decision = "explored: a verified hit, answered from the upstream to audit it"
+                            decision.explored = True
+                            self._decide(decision)
+                            audit = Probe(entry.id, similarity, entry.prompt, entry.answer, "audit")
+                            return SemanticResult(probe=audit)
                         decision.decision = "hit"
                         self._decide(decision)
                         hit = Hit(tier="semantic", answer=entry.answer, matched_prompt=entry.prompt,
@@ -207,6 +216,11 @@ class SemanticTier:
             return SemanticResult(hit=hit)
         self._decide(decision)
         return SemanticResult()
+
+    def audited(self, namespace: str, language: str, similarity: float, correct: bool) -> None:
+        """A judge's label of an audited verified hit: held against the namespace's budget."""
+        rule = self.rule(namespace, language)
+        self.verification.audited(namespace, language, similarity, correct, rule.target_error, self.budgets.z)
 
     async def accepts_in_flight(
         self, key: RequestKey, vector: np.ndarray, candidate: str, similarity: float
