@@ -211,7 +211,15 @@ def template_scope(api: Any, shaping: dict[str, Any]) -> str:
     """The part of a request's scope that a template must admit: its ``api`` (with what the API's
     chat view cannot show) and the ``shaping`` fields that ask for an answer of some other kind.
     A template admits the scope of a plain question by default (``Template.admits``)."""
-    return _digest({"template": api, "shaping": shaping})
+    if shaping or not isinstance(api, str):
+        return _digest({"template": api, "shaping": shaping})
+    plain = _PLAIN_TEMPLATE_SCOPES.get(api)
+    if plain is None:  # one per API: most requests are plain questions
+        plain = _PLAIN_TEMPLATE_SCOPES[api] = _digest({"template": api, "shaping": {}})
+    return plain
+
+
+_PLAIN_TEMPLATE_SCOPES: dict[str, str] = {}
 
 
 def _shaping_beyond_sampling(params: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
