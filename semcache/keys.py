@@ -23,6 +23,20 @@ KEY_VERSION = "1"
 
 # Request fields that do not change what the answer says, so they stay out of the scope.
 _NOT_ANSWER_SHAPING = {"messages", "model", "stream", "stream_options", "user", "metadata", "store"}
+# Answer-shaping fields that change how an answer is sampled or served, never what a right answer
+# says: a template's curated answer does for any value of them. Every other one (a response format,
+# tools, stop sequences, a field semcache does not know) asks for an answer no template was written for.
+_SAMPLING = frozenset(
+    ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "n", "logprobs", "service_tier",
+     "reasoning_effort", "reasoning", "parallel_tool_calls", "truncation", "prompt_cache_key", "safety_identifier")
+)  # fmt: skip
+# Fields that cap an answer's length in tokens (chat's two, the Responses API's): a template's answer
+# does when it fits under the lowest.
+_TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+# Values of answer-shaping fields that ask for what a template's answer is anyway: plain text.
+_PLAIN_TEXT: dict[str, Any] = {
+    "response_format": {"type": "text"}, "text": {"format": {"type": "text"}}, "modalities": ["text"],
+}  # fmt: skip
 
 # Han, kana and the CJK symbols and punctuation block (。、「」...): text written without spaces.
 _CJK = "\u3000-\u303f\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
@@ -75,6 +89,11 @@ class RequestKey:
     # The prompt's script. It picks the embedding model and the threshold, and is part of the scope
     # for non-Latin prompts only, so every index partition holds vectors of one model.
     language: Script = "latin"
+    # What a template must admit to answer this request (``template_scope``): the parts of the scope
+    # that no curated answer stands for whatever they say (the API, the fields that shape the answer
+    # but sampling and token limits, the cache API's scope), and the fewest answer tokens it allows.
+    template_scope: str = ""
+    max_answer_tokens: int | None = None
 
 
 def message_text(message: Message) -> str | None:
@@ -180,7 +199,39 @@ def request_key(
     prompt_fields = last.model_dump(exclude={"role", "content"}, exclude_none=True)
     if prompt_fields:  # only when sent: scopes without them stay as they were
         parts["prompt_fields"] = prompt_fields
-    return _keyed(namespace, request.model, prompt, parts, user, has_history=len(system) != len(context), system=system)
+    shaping, max_answer_tokens = _shaping_beyond_sampling(params)
+    return _keyed(
+        namespace, request.model, prompt, parts, user, has_history=len(system) != len(context), system=system,
+        template=template_scope(api if api_detail is None else [api, api_detail], shaping),
+        max_answer_tokens=max_answer_tokens,
+    )  # fmt: skip
+
+
+def template_scope(api: Any, shaping: dict[str, Any]) -> str:
+    """The part of a request's scope that a template must admit: its ``api`` (with what the API's
+    chat view cannot show) and the ``shaping`` fields that ask for an answer of some other kind.
+    A template admits the scope of a plain question by default (``Template.admits``)."""
+    if shaping or not isinstance(api, str):
+        return _digest({"template": api, "shaping": shaping})
+    plain = _PLAIN_TEMPLATE_SCOPES.get(api)
+    if plain is None:  # one per API: most requests are plain questions
+        plain = _PLAIN_TEMPLATE_SCOPES[api] = _digest({"template": api, "shaping": {}})
+    return plain
+
+
+_PLAIN_TEMPLATE_SCOPES: dict[str, str] = {}
+
+
+def _shaping_beyond_sampling(params: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """The scope's fields that a curated answer cannot stand for, and the lowest token limit. A
+    limit that is not a whole number stays among the former."""
+    shaping = {
+        name: value
+        for name, value in params.items()
+        if name not in _SAMPLING and not (name in _PLAIN_TEXT and value == _PLAIN_TEXT[name])
+    }
+    limits = [shaping.pop(name) for name in _TOKEN_LIMITS if type(shaping.get(name)) is int]
+    return shaping, min(limits, default=None)
 
 
 # The model an entry of the cache API names when its scope names none (entries always name one),
@@ -196,7 +247,15 @@ def cache_api_key(namespace: str, prompt: str, scope: dict[str, Any], *, user: s
     if not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_CHARS:
         model = CACHE_API_MODEL
     parts: dict[str, Any] = {"ns": namespace, "api": "cache", "scope": scope}
-    return _keyed(namespace, model, prompt, parts, user, has_history=False, system=[])
+    template = cache_api_template_scope(scope, model)
+    return _keyed(namespace, model, prompt, parts, user, has_history=False, system=[], template=template)
+
+
+def cache_api_template_scope(scope: dict[str, Any], model: str | None = None) -> str:
+    """What a template must admit to answer a cache API lookup of ``scope``: the whole scope, but
+    its ``model`` when the key names it (``model``), which a template's ``models`` judges."""
+    rest = {name: value for name, value in scope.items() if not (name == "model" and value == model)}
+    return template_scope("cache", rest)
 
 
 def _keyed(
@@ -208,6 +267,8 @@ def _keyed(
     *,
     has_history: bool,
     system: list[dict[str, Any]],
+    template: str,
+    max_answer_tokens: int | None = None,
 ) -> RequestKey:
     """The keys of ``prompt`` in the scope that ``parts`` describe, with its script and its user."""
     language = detect_script(prompt)
@@ -227,6 +288,8 @@ def _keyed(
         has_history=has_history,
         system_prompt_hash=_digest(system),
         language=language,
+        template_scope=template,
+        max_answer_tokens=max_answer_tokens,
     )
 
 

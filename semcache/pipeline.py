@@ -274,7 +274,7 @@ class Pipeline:
         hit = await self.exact.lookup(lookup.key, now)
         if hit is not None and self._reask(lookup, hit):
             return None
-        hit = hit or self.templates.tier.lookup_exact(lookup.key)
+        hit = hit or self.templates.tier.lookup_exact(lookup.key, self._fits(lookup.key))
         if hit is not None or not lookup.dialect.semantic:
             return hit
         candidates = None
@@ -328,7 +328,17 @@ class Pipeline:
         def passes_guards(question: str) -> bool:
             return all(result.passed for result in guards.check(key.prompt, question, policy.guards))
 
-        return templates.lookup_semantic(key, vector, self.embedding_model(key), threshold, passes_guards)
+        return templates.lookup_semantic(
+            key, vector, self.embedding_model(key), threshold, passes_guards, self._fits(key)
+        )
+
+    def _fits(self, key: RequestKey) -> Callable[[str], bool] | None:
+        """Whether a template's answer fits the request's token limit (None: it set none). The
+        upstream would cut a longer answer short: the whole one is not what the client asked for."""
+        limit = key.max_answer_tokens
+        if limit is None:
+            return None
+        return lambda answer: self.tokens.count_text(answer, key.model) <= limit
 
     # -- the cache API: applications that call their model themselves -------------------------
 

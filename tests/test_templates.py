@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from semcache.keys import RequestKey, request_key
+from semcache.keys import RequestKey, cache_api_key, request_key
+from semcache.tiers import parse_templates
 from semcache.tiers.base import Hit
 from semcache.tiers.template import Template, TemplateTier, load_templates
 from semcache.wire import ChatCompletionRequest
@@ -27,10 +28,15 @@ templates:
 
 
 def key(
-    prompt: str, *, namespace: str = "support", model: str = "gpt-4o-mini", earlier: list[dict[str, Any]] | None = None
+    prompt: str,
+    *,
+    namespace: str = "support",
+    model: str = "gpt-4o-mini",
+    earlier: list[dict[str, Any]] | None = None,
+    **fields: Any,
 ) -> RequestKey:
     messages = [*(earlier or []), {"role": "user", "content": prompt}]
-    return request_key(ChatCompletionRequest(model=model, messages=messages), namespace)
+    return request_key(ChatCompletionRequest(model=model, messages=messages, **fields), namespace)
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -77,6 +83,9 @@ def test_load_templates_from_json_list(tmp_path: Path) -> None:
         ("t.yaml", "- {questions: [Hi], answer: [a, b]}\n", "template #0 needs 'answer'"),
         ("t.yaml", "- {questions: [Hi], answer: a, namespaces: support}\n", "'namespaces' must be a list"),
         ("t.yaml", "- {questions: [Hi], answer: a, models: gpt-4o}\n", "'models' must be a list"),
+        ("t.yaml", "- {questions: [Hi], answer: a, cache_api_scopes: {app: x}}\n", "'cache_api_scopes' must be"),
+        ("t.yaml", "- {questions: [Hi], answer: a, cache_api_scopes: [x]}\n", "'cache_api_scopes' must be"),
+        ("t.yaml", "- {questions: [Hi], answer: a, cache_api_scopes: [{model: m}]}\n", "in 'models', not in"),
         ("t.yaml", "templates:\n  - questions: [unclosed\n", "not valid YAML"),
         ("t.json", '{"templates": [', "not valid JSON"),
     ],
@@ -207,3 +216,93 @@ def test_semantic_lookup_skips_requests_with_history() -> None:
 def test_semantic_lookup_needs_vectors() -> None:
     tier = TemplateTier([Template("office", ("Where is your office?",), "Main Street 1.")], threshold=0.5)
     assert tier.lookup_semantic(key("Where is your office?"), EMBEDDER.embed(["Where is your office?"])[0]) is None
+
+
+# -- scope ---------------------------------------------------------------------------------------
+
+
+def test_a_template_admits_a_plain_question_whatever_its_sampling_and_its_limit() -> None:
+    office = Template("office", ("Where is your office?",), "Main Street 1.")
+    for fields in ({}, {"temperature": 0, "top_p": 0.5, "seed": 1, "n": 1}, {"response_format": {"type": "text"}},
+                   {"max_tokens": 1}, {"reasoning_effort": "low", "service_tier": "auto"}):  # fmt: skip
+        assert office.admits(key("Where is your office?", **fields)), fields
+    assert key("Where is your office?", max_tokens=9, max_completion_tokens=5).max_answer_tokens == 5
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"response_format": {"type": "json_object"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+        {"tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"tool_choice": "none"},
+        {"stop": "\n"},
+        {"logit_bias": {"50256": -100}},
+        {"max_output_tokens": "5"},  # not a whole number: a field like any other
+        {"modalities": ["text", "audio"]},
+        {"guided_json": {"type": "object"}},
+    ],
+)
+def test_a_template_does_not_admit_a_request_that_shapes_its_answer_otherwise(fields: dict[str, Any]) -> None:
+    office = Template("office", ("Where is your office?",), "Main Street 1.")
+    request = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "Where is your office?"}], **fields}
+    )
+    assert not office.admits(request_key(request, "support"))
+    tier = TemplateTier([office], threshold=0.5)
+    tier.set_vectors(EMBEDDER.embed(tier.phrasings))
+    assert tier.lookup_exact(request_key(request, "support")) is None
+    assert tier.lookup_semantic(request_key(request, "support"), EMBEDDER.embed(["Where is your office?"])[0]) is None
+
+
+def test_a_template_admits_no_legacy_completion_and_the_plain_responses_api() -> None:
+    office = Template("office", ("Where is your office?",), "Main Street 1.")
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "Where is your office?"}])
+    assert office.admits(request_key(request, "support", api="responses"))
+    assert not office.admits(request_key(request, "support", api="completions", api_detail={"semantic": True}))
+
+
+def test_lookups_pass_over_an_answer_that_does_not_fit() -> None:
+    tier = TemplateTier(
+        [
+            Template("long", ("Where is your office?",), "Main Street 1, on the second floor, past the lifts."),
+            Template("short", ("Where is your office?",), "Main Street 1."),
+        ],
+        threshold=0.5,
+    )
+    tier.set_vectors(EMBEDDER.embed(tier.phrasings))
+
+    def fits(answer: str) -> bool:
+        return len(answer) < 20
+
+    assert getattr(tier.lookup_exact(key("Where is your office?"), fits), "answer", None) == "Main Street 1."
+    vector = EMBEDDER.embed(["Where is your office?"])[0]
+    hit = tier.lookup_semantic(key("Where is your office?"), vector, fits=fits)
+    assert getattr(hit, "answer", None) == "Main Street 1."
+    assert tier.lookup_exact(key("Where is your office?"), lambda answer: False) is None
+
+
+def test_the_cache_api_scopes_a_template_admits() -> None:
+    default, faq = parse_templates(
+        [
+            {"questions": ["Where is your office?"], "answer": "Main Street 1."},
+            {"questions": ["Where is your office?"], "answer": "Main Street 1.", "cache_api_scopes": [{"app": "faq"}]},
+        ],
+        "test",
+    )
+    admitted = {
+        json.dumps(scope): (default.admits(found := cache_api_key("ns", "Where is your office?", scope)),
+                            faq.admits(found))
+        for scope in ({}, {"model": "gpt-4o"}, {"app": "faq"}, {"app": "faq", "model": "gpt-4o"}, {"app": "other"},
+                      {"model": 7})
+    }  # fmt: skip
+    assert admitted == {
+        "{}": (True, False),
+        '{"model": "gpt-4o"}': (True, False),
+        '{"app": "faq"}': (False, True),
+        '{"app": "faq", "model": "gpt-4o"}': (False, True),
+        '{"app": "other"}': (False, False),
+        '{"model": 7}': (False, False),  # not a model's name: the scope's own field
+    }
+    assert parse_templates([faq.as_dict()], "shared") == [faq]  # as the replicas share it
+    assert "cache_api_scopes" not in default.as_dict()

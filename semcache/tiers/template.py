@@ -1,7 +1,12 @@
 """Template tier: curated answers for high-frequency questions, loaded from a YAML or JSON file.
 
 A template matches single-turn requests (a system prompt is allowed) whose prompt equals one of its
-phrasings after normalisation, or comes within ``threshold`` cosine of one.
+phrasings after normalisation, or comes within ``threshold`` cosine of one, and whose scope it
+admits (``Template.admits``): its answer is plain text, written for the question asked plainly.
+A chat or Responses request that asks for another kind of answer (a response format, tools, stop
+sequences: any answer-shaping field but sampling ones, ``semcache.keys``), or too few tokens for
+the answer, a legacy completion (a text to continue), or a cache API lookup of a scope it does not
+name, is not answered by it.
 
 File format (YAML or JSON)::
 
@@ -11,13 +16,15 @@ File format (YAML or JSON)::
         answer: "We are open from 9:00 to 17:00, Monday to Friday."
         namespaces: [support]      # optional; default: every namespace
         models: [gpt-4o-mini]      # optional; default: every model
+        cache_api_scopes: [{}, {app: faq}]  # optional; default: [{}], the cache API's empty scope
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +32,11 @@ import numpy as np
 import yaml
 
 from ..embedders import BatchingEmbedder
-from ..keys import RequestKey, normalize
+from ..keys import RequestKey, cache_api_template_scope, normalize, template_scope
 from .base import Hit
+
+# The scopes of a plain question, in chat and in the Responses API: every template admits them.
+_PLAIN_QUESTION = frozenset((template_scope("chat", {}), template_scope("responses", {})))
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,8 @@ class Template:
     answer: str
     namespaces: frozenset[str] | None = None
     models: frozenset[str] | None = None
+    # The cache API scopes (less their ``model``, which ``models`` judges) it answers; None: the empty scope.
+    cache_api_scopes: tuple[Mapping[str, Any], ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The template in its file format, for sharing it through the store."""
@@ -44,11 +56,23 @@ class Template:
             item["namespaces"] = sorted(self.namespaces)
         if self.models is not None:
             item["models"] = sorted(self.models)
+        if self.cache_api_scopes is not None:
+            item["cache_api_scopes"] = [dict(scope) for scope in self.cache_api_scopes]
         return item
 
-    def applies_to(self, key: RequestKey) -> bool:
-        return (self.namespaces is None or key.namespace in self.namespaces) and (
-            self.models is None or key.model in self.models
+    @cached_property
+    def scopes(self) -> frozenset[str]:
+        """The template scopes (``semcache.keys.template_scope``) it admits."""
+        cache_api = self.cache_api_scopes if self.cache_api_scopes is not None else ({},)
+        return _PLAIN_QUESTION | {cache_api_template_scope(dict(scope)) for scope in cache_api}
+
+    def admits(self, key: RequestKey) -> bool:
+        """Whether its answer may answer this request's scope: the namespace and model, when it names
+        them, and what the request asks of an answer beyond sampling, as every other tier's scope."""
+        return (
+            (self.namespaces is None or key.namespace in self.namespaces)
+            and (self.models is None or key.model in self.models)
+            and key.template_scope in self.scopes
         )
 
 
@@ -86,12 +110,18 @@ def _parse_template(item: object, number: int) -> Template:
     for name, value in (("namespaces", namespaces), ("models", models)):
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise ValueError(f"template #{number}: '{name}' must be a list of names")
+    scopes = item.get("cache_api_scopes")
+    if scopes is not None and not (isinstance(scopes, list) and all(isinstance(s, dict) for s in scopes)):
+        raise ValueError(f"template #{number}: 'cache_api_scopes' must be a list of mappings (the cache API's scopes)")
+    if scopes and any("model" in scope for scope in scopes):
+        raise ValueError(f"template #{number}: name the models in 'models', not in 'cache_api_scopes'")
     return Template(
         id=str(item.get("id") or f"template-{number}"),
         questions=tuple(questions),
         answer=answer,
         namespaces=frozenset(namespaces) if namespaces else None,
         models=frozenset(models) if models else None,
+        cache_api_scopes=None if scopes is None else tuple(scopes),
     )
 
 
@@ -124,11 +154,13 @@ class TemplateTier:
             for model in embedder.router.routes.models():
                 self.set_vectors(await embedder.embed_many(self.phrasings, model), model)
 
-    def lookup_exact(self, key: RequestKey) -> Hit | None:
+    def lookup_exact(self, key: RequestKey, fits: Callable[[str], bool] | None = None) -> Hit | None:
+        """A template that admits the request's scope with a phrasing of its prompt, whose answer
+        ``fits`` (the request's token limit)."""
         if key.has_history:
             return None
         for template, question in self._by_phrase.get(_phrase_key(key.prompt), []):
-            if template.applies_to(key):
+            if template.admits(key) and (fits is None or fits(template.answer)):
                 return Hit(tier="template", answer=template.answer, matched_prompt=question, similarity=1.0)
         return None
 
@@ -139,9 +171,11 @@ class TemplateTier:
         model: str | None = None,
         threshold: float | None = None,
         accepts: Callable[[str], bool] | None = None,
+        fits: Callable[[str], bool] | None = None,
     ) -> Hit | None:
-        """The nearest phrasing as ``model`` embedded it, at ``threshold`` (default: the tier's), that
-        ``accepts`` lets answer the prompt (the guards)."""
+        """The nearest phrasing as ``model`` embedded it, at ``threshold`` (default: the tier's), of a
+        template that admits the request's scope, that ``accepts`` lets answer the prompt (the
+        guards), and whose answer ``fits`` (the request's token limit)."""
         vectors = self._vectors.get(model)
         if key.has_history or vectors is None or not self._rows:
             return None
@@ -151,7 +185,9 @@ class TemplateTier:
             if similarity < (self.threshold if threshold is None else threshold):
                 return None
             template, question = self._rows[row]
-            if template.applies_to(key) and (accepts is None or accepts(question)):
+            if not template.admits(key) or (fits is not None and not fits(template.answer)):
+                continue
+            if accepts is None or accepts(question):
                 return Hit(
                     tier="template", answer=template.answer, matched_prompt=question, similarity=min(similarity, 1.0)
                 )
