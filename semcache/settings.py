@@ -328,8 +328,9 @@ class Settings(BaseSettings):
         0.05,
         ge=0.0,
         le=0.1,
-        description="Most share of a namespace's requests whose would-be hit is answered from the upstream instead, "
-        "to label it (X-Semcache-Explored: true); 0: never explore.",
+        description="Most share of a namespace's requests answered from the upstream instead of a hit, to learn "
+        "(X-Semcache-Explored: true): explored would-be hits, audited verified hits, re-asked exact hits for the "
+        "judge; 0: never.",
     )
     judge: Literal["embedding", "text", "upstream"] = Field(
         "embedding",
