@@ -67,8 +67,10 @@ _VERDICTS_PER_NAMESPACE = 512
 _VERDICT_NAMESPACES = 2_000
 # Edges learned: at most this many namespace-and-script pairs; further ones keep the starting edge.
 _MAX_BANDS = 10_000
-# Audits pooled from the edge up before their wrong share can move it.
+# Audits pooled from the edge up before their wrong share can move it; the share of verified hits
+# audited (each one a full answer the cache could have saved).
 _MIN_AUDITS = 10
+AUDIT_SHARE = 0.02
 # Background verifications at once (async); past this, a candidate goes unverified this time.
 _MAX_PENDING = 64
 _FIRST_WORD = re.compile(r"[A-Za-z]+")
@@ -256,6 +258,7 @@ class Verification:
         self._verdicts: OrderedDict[str, OrderedDict[tuple[str, int], Verdict]] = OrderedDict()
         self._bands: dict[tuple[str, str], _Band] = {}
         self._audits: dict[tuple[str, str], _Audit] = {}
+        self._audit_allowance: OrderedDict[str, float] = OrderedDict()  # per namespace
         self._pending: set[asyncio.Task[None]] = set()
 
     @property
@@ -269,6 +272,21 @@ class Verification:
             band = self._bands.get((namespace, language))
             audit = self._audits.get((namespace, language))
             return max(start, band.edge if band else 0.0, audit.edge if audit else 0.0)
+
+    def audit_due(self, namespace: str) -> bool:
+        """One more verified hit in ``namespace``: whether ``AUDIT_SHARE`` of them has come due to be
+        audited. The caller still asks the exploring allowance, which caps every kind of exploring."""
+        with self._lock:
+            allowance = self._audit_allowance.pop(namespace, 0.0) + AUDIT_SHARE
+            self._audit_allowance[namespace] = min(allowance, 1.0)
+            while len(self._audit_allowance) > _VERDICT_NAMESPACES:
+                self._audit_allowance.popitem(last=False)
+            return allowance >= 1.0
+
+    def audit_taken(self, namespace: str) -> None:
+        with self._lock:
+            if namespace in self._audit_allowance:
+                self._audit_allowance[namespace] -= 1.0
 
     def audited(self, namespace: str, language: str, similarity: float, correct: bool, target_error: float,
                 z: float) -> None:  # fmt: skip

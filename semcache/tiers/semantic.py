@@ -189,7 +189,7 @@ class SemanticTier:
                     case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, entry.id,
                                             entry.prompt, entry.answer, key.model, similarity)  # fmt: skip
                     if await self._verified(case, verify, decision, headers or {}):
-                        if explore and self.budgets.spend_exploration(key.namespace):
+                        if explore and self._audit(key.namespace):
                             decision.decision = "explored: a verified hit, answered from the upstream to audit it"
                             decision.explored = True
                             self._decide(decision)
@@ -216,6 +216,13 @@ class SemanticTier:
             return SemanticResult(hit=hit)
         self._decide(decision)
         return SemanticResult()
+
+    def _audit(self, namespace: str) -> bool:
+        """Whether to audit this verified hit: its share has come due, and the allowance has room."""
+        if not self.verification.audit_due(namespace) or not self.budgets.spend_exploration(namespace):
+            return False
+        self.verification.audit_taken(namespace)
+        return True
 
     def audited(self, namespace: str, language: str, similarity: float, correct: bool) -> None:
         """A judge's label of an audited verified hit: held against the namespace's budget."""
