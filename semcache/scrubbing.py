@@ -18,6 +18,7 @@ mangle answers, and a key that short is no secret anyway.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -41,6 +42,7 @@ _SHORT_ESCAPES = {'"': b'\\"', "\\": b"\\\\", "/": b"\\/", "\b": b"\\b", "\f": b
 # Where an event of an event stream ends.
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _MAX_EVENT_BYTES = 8 * 1024 * 1024
+_EVENTS_BETWEEN_YIELDS = 64
 # Fields of a chat delta whose pieces a client joins into one text.
 _CHAT_TEXT_FIELDS = ("content", "refusal", "reasoning_content", "reasoning")
 _RESPONSE_FINAL_EVENTS = frozenset(("response.completed", "response.incomplete", "response.failed"))
@@ -161,9 +163,11 @@ class SecretScrubber:
         async for chunk in body:
             pending += chunk
             *blocks, pending = _split_events(pending)
-            for block in blocks:
+            for number, block in enumerate(blocks, start=1):
                 for out in events.feed_block(block):
                     yield out
+                if not number % _EVENTS_BETWEEN_YIELDS:
+                    await asyncio.sleep(0)  # many small events in one chunk must not hold the loop
             if len(pending) > _MAX_EVENT_BYTES:  # not an event stream after all: as bytes, scrubbed
                 yield self.scrub_bytes(pending)
                 pending = b""

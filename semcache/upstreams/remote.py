@@ -24,6 +24,7 @@ _RELAYED_HEADERS = ("content-type", "content-disposition", "openai-processing-ms
 # Where SSE lines end (CRLF, LF or CR, and nothing else), and the longest line kept while it arrives.
 _SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
 MAX_SSE_LINE_BYTES = 8 * 1024 * 1024
+_LINES_BETWEEN_YIELDS = 64
 # JSON this long is parsed and checked in a worker thread, so that the event loop is free before
 # and after it.
 _PARSE_OFF_LOOP_BYTES = 256 * 1024
@@ -271,9 +272,11 @@ async def _sse_lines(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     pending_bytes = 0
     async for chunk in body:
         *ended, rest = _SSE_LINE_END.split(chunk)
-        for part in ended:
+        for number, part in enumerate(ended, start=1):
             yield b"".join((*pending, part))
             pending, pending_bytes = [], 0
+            if not number % _LINES_BETWEEN_YIELDS:
+                await asyncio.sleep(0)  # a chunk of many small events must not hold the loop while it is relayed
         pending.append(rest)
         pending_bytes += len(rest)
         if pending_bytes > MAX_SSE_LINE_BYTES:
