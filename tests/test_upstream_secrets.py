@@ -13,10 +13,12 @@ import pytest
 
 from semcache.errors import UpstreamStatusError
 from semcache.logs import Redactor
+from semcache.scrubbing import SecretScrubber
 from semcache.upstreams.remote import RemoteUpstream, parse_sse
 
 KEY = "UPKEY-9f8e7d6c5b4a3210"  # no sk- prefix: only the literal match can catch it
 REDACT = Redactor([KEY])
+SCRUB = SecretScrubber([KEY])
 
 
 async def events(*payloads: dict[str, Any]) -> AsyncIterator[bytes]:
@@ -27,7 +29,7 @@ async def events(*payloads: dict[str, Any]) -> AsyncIterator[bytes]:
 
 def relayed(*payloads: dict[str, Any]) -> list[dict[str, Any]]:
     async def collect() -> list[dict[str, Any]]:
-        return [chunk async for chunk in parse_sse(events(*payloads), REDACT)]
+        return [chunk async for chunk in parse_sse(events(*payloads), REDACT, scrub=SCRUB)]
 
     return asyncio.run(collect())
 
@@ -70,7 +72,7 @@ def test_a_non_streamed_answer_that_quotes_the_key_is_scrubbed() -> None:
         return httpx.Response(200, json=answer)
 
     async def ask() -> dict[str, Any]:
-        upstream = RemoteUpstream("http://upstream.test/v1", api_key=KEY, redact=REDACT,
+        upstream = RemoteUpstream("http://upstream.test/v1", api_key=KEY, redact=REDACT, scrub=SCRUB,
                                   transport=httpx.MockTransport(reply))  # fmt: skip
         try:
             return await upstream.complete({"model": "m", "messages": []}, {})

@@ -30,6 +30,7 @@ from ..pipeline import Pipeline
 from ..protocols import Embedder, EvidenceStore, Store, Upstream
 from ..quality import DecisionLog, NamespacePolicies, default_policy
 from ..replication import Replica
+from ..scrubbing import MIN_SECRET_CHARS, SecretScrubber
 from ..settings import ACCOUNT_ROUTES, Settings
 from ..stats import Stats
 from ..stores import SQLiteStore
@@ -108,8 +109,10 @@ def create_app(
         metrics = Metrics(lambda: _readings(state), max_namespaces=settings.metrics_max_namespaces)
         # The upstream's errors are relayed to clients: scrubbed of the secrets the logs never show.
         redact = Redactor([*settings.secrets(), *access.keys])
+        # And so are its answers, which semcache also stores and serves to others.
+        scrub = SecretScrubber([*settings.secrets(), *access.keys])
         state = AppState(
-            settings=settings, upstream=upstream or _remote_upstream(settings, metrics, redact), access=access,
+            settings=settings, upstream=upstream or _remote_upstream(settings, metrics, redact, scrub), access=access,
             rate_limiter=limiter, metrics=metrics,
         )  # fmt: skip
         app.state.semcache = state
@@ -149,6 +152,11 @@ def create_app(
     if account and settings.upstream_api_key:
         log.warning("passthrough_routes lets every client use %s on the operator's upstream account "
                     "(SEMCACHE_UPSTREAM_API_KEY)", ", ".join(account))  # fmt: skip
+    short = [name for name in ("upstream_api_key", "admin_key", "metrics_key")
+             if 0 < len(getattr(settings, name) or "") < MIN_SECRET_CHARS]  # fmt: skip
+    if short:
+        log.warning("%s shorter than %d characters: upstream answers are not scrubbed of it",
+                    ", ".join(short), MIN_SECRET_CHARS)  # fmt: skip
     if settings.passthrough_methods and settings.upstream_api_key:
         methods = settings.passthrough_methods.items()
         added = "; ".join(f"{', '.join(names)} on /v1/{route}" for route, names in methods)
@@ -177,7 +185,9 @@ class SemcacheApp(FastAPI):
         return RequestContext(RequestTimer(BodySizeLimit(app, self.max_body_bytes)))
 
 
-def _remote_upstream(settings: Settings, metrics: Metrics, redact: Redactor) -> ResilientUpstream | None:
+def _remote_upstream(
+    settings: Settings, metrics: Metrics, redact: Redactor, scrub: SecretScrubber
+) -> ResilientUpstream | None:
     """The remote backend; None for the local one, which loads with the other models."""
     if settings.backend == "local":
         return None
@@ -189,6 +199,7 @@ def _remote_upstream(settings: Settings, metrics: Metrics, redact: Redactor) -> 
         max_connections=settings.upstream_max_connections,
         max_response_bytes=settings.max_upstream_response_bytes,
         redact=redact,
+        scrub=scrub,
     )
     upstream = f"the upstream at {server_address(settings.upstream_url)}"
     return _resilient(remote, settings, metrics, max_attempts=settings.upstream_max_attempts, name=upstream)

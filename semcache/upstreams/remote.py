@@ -13,6 +13,7 @@ from pydantic_core import from_json
 from ..errors import UpstreamAnswerTooLarge, UpstreamError, UpstreamStatusError, UpstreamUnavailable
 from ..logs import REQUEST_ID_HEADER, Redactor, current_request_id
 from ..protocols import Relayed, RelayRequest, UpstreamApi
+from ..scrubbing import SecretScrubber
 from ..verification import VERIFICATION_HEADER, VERIFICATION_MARK
 
 # Headers from the client that are safe and useful to pass on, when the client's own key is.
@@ -23,6 +24,7 @@ _RELAYED_HEADERS = ("content-type", "content-disposition", "openai-processing-ms
 # Where SSE lines end (CRLF, LF or CR, and nothing else), and the longest line kept while it arrives.
 _SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
 MAX_SSE_LINE_BYTES = 8 * 1024 * 1024
+_LINES_BETWEEN_YIELDS = 64
 # JSON this long is parsed and checked in a worker thread, so that the event loop is free before
 # and after it.
 _PARSE_OFF_LOOP_BYTES = 256 * 1024
@@ -37,6 +39,7 @@ _PATHS: dict[UpstreamApi, str] = {"chat": "/chat/completions", "completions": "/
 _RESPONSE_FINAL_EVENTS = frozenset(("response.completed", "response.incomplete", "response.failed"))
 # Without configured secrets, the upstream's errors are still scrubbed of anything that looks like one.
 _PATTERNS_ONLY = Redactor()
+_NO_SECRETS = SecretScrubber()
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -51,15 +54,18 @@ class RemoteUpstream:
         max_connections: int = 100,
         max_response_bytes: int = 32 * 1024 * 1024,
         redact: Redactor = _PATTERNS_ONLY,
+        scrub: SecretScrubber = _NO_SECRETS,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """``max_response_bytes`` bounds a non-streamed answer (a larger one is a 502); ``redact``
         scrubs the upstream's error messages, which may quote the key they refused, before a client
-        sees them."""
+        sees them; ``scrub`` takes the configured secrets out of every answer it relays, errors or not,
+        and with them the client's own key when that is what went upstream."""
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
         self._max_response_bytes = max_response_bytes
         self._redact = redact
+        self._scrub = scrub
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
@@ -80,25 +86,29 @@ class RemoteUpstream:
             headers[VERIFICATION_HEADER] = "true"
         return headers
 
+    def _scrubber(self, headers: dict[str, str]) -> SecretScrubber:
+        """What to take out of the answer to a request sent with ``headers``: the configured
+        secrets, and the key that went upstream with it."""
+        scheme, _, token = headers.get("Authorization", headers.get("authorization", "")).partition(" ")
+        return self._scrub.with_client_key(token.strip() if scheme.lower() == "bearer" else None)
+
     async def complete(
         self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
     ) -> dict[str, Any]:
-        request = self._client.build_request("POST", _PATHS[api], json=body, headers=self._headers(headers))
+        outgoing = self._headers(headers)
+        request = self._client.build_request("POST", _PATHS[api], json=body, headers=outgoing)
         data = await self._send(request)
         answer = await _off_loop_if_large(_ANSWER_READERS[api], data, len(data))
-        if self._redact.may_hold_secret(data):  # an upstream that quotes its key must not hand it on
-            answer = await _off_loop_if_large(self._redact.scrub, answer, len(data))
-        return answer
+        return await _scrubbed(self._scrubber(outgoing), answer, data)
 
     async def stream(
         self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
     ) -> AsyncIterator[dict[str, Any]]:
-        request = self._client.build_request(
-            "POST", _PATHS[api], json={**body, "stream": True}, headers=self._headers(headers)
-        )
+        outgoing = self._headers(headers)
+        request = self._client.build_request("POST", _PATHS[api], json={**body, "stream": True}, headers=outgoing)
         response = await self._open(request)
         try:
-            async for chunk in parse_sse(response.aiter_bytes(), self._redact, api):
+            async for chunk in parse_sse(response.aiter_bytes(), self._redact, api, self._scrubber(outgoing)):
                 yield chunk
         except httpx.TimeoutException as exc:
             raise UpstreamUnavailable("the upstream stopped sending mid-stream", status_code=504) from exc
@@ -108,15 +118,18 @@ class RemoteUpstream:
             await response.aclose()
 
     async def embed(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        request = self._client.build_request("POST", "/embeddings", json=body, headers=self._headers(headers))
-        return await self._json_object(request, "an embeddings answer")
+        outgoing = self._headers(headers)
+        request = self._client.build_request("POST", "/embeddings", json=body, headers=outgoing)
+        return await self._json_object(request, "an embeddings answer", self._scrubber(outgoing))
 
     async def list_models(self, headers: dict[str, str]) -> dict[str, Any]:
-        request = self._client.build_request("GET", "/models", headers=self._headers(headers))
-        return await self._json_object(request, "a model list")
+        outgoing = self._headers(headers)
+        request = self._client.build_request("GET", "/models", headers=outgoing)
+        return await self._json_object(request, "a model list", self._scrubber(outgoing))
 
-    async def _json_object(self, request: httpx.Request, what: str) -> dict[str, Any]:
-        """A successful answer that must be a JSON object; anything else is a 502 naming ``what`` it was."""
+    async def _json_object(self, request: httpx.Request, what: str, scrub: SecretScrubber) -> dict[str, Any]:
+        """A successful answer that must be a JSON object, scrubbed; anything else is a 502 naming
+        ``what`` it was."""
         data = await self._send(request)
         try:
             answer = await _off_loop_if_large(_json, data, len(data))
@@ -124,7 +137,7 @@ class RemoteUpstream:
             raise UpstreamUnavailable(f"the upstream sent {what} that is not JSON") from exc
         if not isinstance(answer, dict):
             raise UpstreamUnavailable(f"the upstream sent {what} that is not a JSON object")
-        return answer
+        return await _scrubbed(scrub, answer, data)
 
     async def relay(self, request: RelayRequest, headers: dict[str, str]) -> Relayed:
         outgoing = self._headers(headers)
@@ -135,6 +148,8 @@ class RemoteUpstream:
         )
         response = await self._open(upstream_request)
         passed_on = {name: value for name, value in response.headers.items() if name.lower() in _RELAYED_HEADERS}
+        scrub = self._scrubber(outgoing)
+        passed_on = {name: scrub.text(value) for name, value in passed_on.items()}
 
         async def body() -> AsyncIterator[bytes]:
             try:
@@ -143,7 +158,8 @@ class RemoteUpstream:
             except httpx.HTTPError as exc:
                 raise _unavailable(exc, upstream_request) from exc
 
-        return Relayed(response.status_code, passed_on, body(), response.aclose)
+        scrubbed = scrub.wire(body(), response.headers.get("content-type"))
+        return Relayed(response.status_code, passed_on, scrubbed, response.aclose)
 
     async def _open(self, request: httpx.Request) -> httpx.Response:
         """The upstream's response, its body not read yet; an HTTP error status is raised as a
@@ -212,7 +228,10 @@ class RemoteUpstream:
 
 
 async def parse_sse(
-    body: AsyncIterator[bytes], redact: Redactor = _PATTERNS_ONLY, api: UpstreamApi = "chat"
+    body: AsyncIterator[bytes],
+    redact: Redactor = _PATTERNS_ONLY,
+    api: UpstreamApi = "chat",
+    scrub: SecretScrubber = _NO_SECRETS,
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield the JSON chunks of an SSE stream; raise unless it ends with ``data: [DONE]`` (or, for
     the Responses API, with its final ``response.completed``, ``.incomplete`` or ``.failed`` event).
@@ -220,21 +239,24 @@ async def parse_sse(
     Every chunk is an object whose ``choices``, if any, is a list of objects with an object ``delta``
     (a ``text`` for the legacy completions). Anything else the upstream sends ends the stream with an
     ``UpstreamError``; an in-band error event is relayed as the upstream worded it, scrubbed by ``redact``.
+    Every other event is scrubbed of the secrets ``scrub`` knows, also of one split across events.
     """
     choice_body = "delta" if api == "chat" else None
+    events = scrub.events()
     async for line in _sse_lines(body):
         if not line.startswith(b"data:"):
             continue  # blank separators, comments and event names carry nothing we use
         data = line[5:].strip()
         if data == b"[DONE]":
+            for chunk in events.finish():
+                yield chunk
             return
         chunk = await _off_loop_if_large(lambda data: _stream_event(data, choice_body), data, len(data))
         if _is_error_event(chunk):
-            scrubbed = await _off_loop_if_large(redact.scrub, chunk, len(data))
+            scrubbed = await _off_loop_if_large(redact.scrub, scrub.value(chunk), len(data))
             raise UpstreamStatusError("the upstream reported an error mid-stream", status_code=502, body=scrubbed)
-        if redact.may_hold_secret(data):
-            chunk = await _off_loop_if_large(redact.scrub, chunk, len(data))
-        yield chunk
+        for scrubbed in await _off_loop_if_large(lambda sent: events.feed(*sent), (chunk, data), len(data)):
+            yield scrubbed
         if api == "responses" and _is_final_event(chunk):
             return
     raise UpstreamUnavailable("the upstream stream ended before [DONE]")
@@ -250,9 +272,11 @@ async def _sse_lines(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     pending_bytes = 0
     async for chunk in body:
         *ended, rest = _SSE_LINE_END.split(chunk)
-        for part in ended:
+        for number, part in enumerate(ended, start=1):
             yield b"".join((*pending, part))
             pending, pending_bytes = [], 0
+            if not number % _LINES_BETWEEN_YIELDS:
+                await asyncio.sleep(0)  # a chunk of many small events must not hold the loop while it is relayed
         pending.append(rest)
         pending_bytes += len(rest)
         if pending_bytes > MAX_SSE_LINE_BYTES:
@@ -289,6 +313,15 @@ async def _off_loop_if_large(work: Callable[[Any], _T], value: Any, size: int) -
     if size >= _PARSE_OFF_LOOP_BYTES:
         return await asyncio.to_thread(work, value)
     return work(value)
+
+
+async def _scrubbed(scrub: SecretScrubber, answer: dict[str, Any], data: bytes) -> dict[str, Any]:
+    """``answer`` (read from ``data``) without the secrets ``scrub`` knows: an upstream that quotes
+    its key must not hand it on, nor have it cached."""
+    if not scrub.may_hold(data):
+        return answer
+    scrubbed: dict[str, Any] = await _off_loop_if_large(scrub.value, answer, len(data))
+    return scrubbed
 
 
 def _is_final_event(chunk: dict[str, Any]) -> bool:
