@@ -15,7 +15,8 @@ timeout or an open breaker is a miss. Guards always veto first: a verifier never
   verifying where a model almost always says no costs calls, and lets its false yeses through.
 - The verifier is audited: a small share of verified hits is answered from the upstream instead and
   judged like any explored hit. Where audited verified hits are surely wrong more often than the
-  namespace's ``target_error``, the band's edge rises past them, up to the line: the namespace
+  hits at a learned line may be (``MARGINAL_FACTOR`` times ``target_error``), the band's edge rises
+  past them, up to the line: the namespace
   narrows its band, or stops verifying. Verdicts teach the band only; they are never counted as
   the error budget's labels.
 """
@@ -33,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .budget import wilson
+from .budget import MARGINAL_FACTOR, wilson
 from .observer import NullObserver, Observer
 
 if TYPE_CHECKING:
@@ -229,7 +230,8 @@ class _Audit:
         self.asked[index] = self.asked.get(index, 0) + 1
         self.wrong[index] = self.wrong.get(index, 0) + (not correct)
         # From the edge up, in runs of at least _MIN_AUDITS: rise past each run whose wrong share
-        # is surely (its lower bound is) above the budget, and stop at the first that is not.
+        # is surely (its lower bound is) worse than the hits at a learned line may be, and stop at the
+        # first that is not. A judge errs too: one wrong audit must not end a namespace's band.
         asked = wrong = 0
         for low in sorted(self.asked):
             if low * _BIN_WIDTH < self.edge - 1e-9:
@@ -239,7 +241,7 @@ class _Audit:
             if asked < _MIN_AUDITS:
                 continue
             lower, _ = wilson(wrong / asked, asked, z)
-            if lower <= target_error:
+            if lower <= MARGINAL_FACTOR * target_error:
                 break
             self.edge = round((low + 1) * _BIN_WIDTH, 4)
             asked = wrong = 0
