@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from semcache import guards
+from semcache.decision import guards
 
 LOOP = "for i in range(3):\n    print(i)"
 
