@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from semcache import guards
+from semcache.decision import guards
 from semcache.evaluation.data import read_jsonl
 from semcache.settings import Settings
 from testkit.plots import pyplot

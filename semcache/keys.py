@@ -14,7 +14,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from . import guards
+from .decision import guards
 from .instructions import find_answer_instruction
 from .language import Script, detect_script
 from .wire import MAX_MODEL_CHARS, ChatCompletionRequest, Message

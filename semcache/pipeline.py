@@ -18,9 +18,9 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from . import guards
 from .budget import ErrorBudgets
 from .coalescing import Flight, InFlight
+from .decision import guards
 from .dialects import Dialect, HitReply
 from .dialects.chat import CHAT
 from .embedders import BatchingEmbedder, FollowUp

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import guards as guard_checks
+from .decision import guards as guard_checks
 from .language import SCRIPTS
 from .verification import VERIFY_MODES, VerifyMode
 

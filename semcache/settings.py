@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from .guards import GUARD_NAMES
-from .guards import validate as validate_guards
+from .decision.guards import GUARD_NAMES
+from .decision.guards import validate as validate_guards
 from .quality import validate_thresholds
 from .wire import MAX_JSON_DEPTH, MAX_MESSAGES, MAX_TOOLS
 
@@ -46,7 +46,7 @@ TOOL_VARIABLES = frozenset(
 # serves at least 45% of the possible hits with the fewest wrong ones.
 DEFAULT_THRESHOLD = 0.91
 # "roles" reads Chinese text only (swapped roles or direction); Latin text always passes it.
-DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "roles", "literals", "template")
+DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "dates", "direction", "roles", "literals", "template")
 # Per prompt script, for the multilingual model those scripts use (docs/hit-quality.md, Chinese):
 # multilingual-e5-small packs its cosines into 0.8-1.0.
 DEFAULT_LANGUAGE_THRESHOLDS = {"han": 0.987, "other": 0.987}

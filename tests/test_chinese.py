@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from semcache import guards
-from semcache.chinese import numbers, swapped_roles
+from semcache.decision import guards
+from semcache.decision.guards.chinese import numbers, swapped_roles
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import guards
 from ..budget import conservative_start
+from ..decision import guards
 from ..language import detect_script
 from ..quality import QualityPolicy
 from ..verification import band_start

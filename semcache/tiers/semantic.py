@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .. import guards
 from ..budget import BudgetRule, ErrorBudgets, conservative_start
+from ..decision import guards
 from ..entries import CacheEntry
 from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping
 
-from .language import is_han
+from ...language import is_han
 
 _DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _UNITS = {"十": 10, "百": 100, "千": 1000}
@@ -34,15 +35,20 @@ def has_han(text: str) -> bool:
     return not text.isascii() and any(is_han(char) for char in text)
 
 
-def numbers(text: str) -> list[str]:
-    """The numbers in ``text``, Arabic or Chinese, as plain decimals ("11", "9.5")."""
+def numbers(text: str, units: Mapping[str, str] | None = None) -> list[str]:
+    """The numbers in ``text``, Arabic or Chinese, as plain decimals ("11", "9.5"); with ``units``
+    (words to symbols), each with the unit that follows it ("100毫克" is "100 mg")."""
     found = []
     text = _THOUSANDS.sub("", _NOT_NUMBERS.sub(" ", text))
+    ordered = sorted(units or {}, key=len, reverse=True)  # "毫克" before "克"
     for match in _NUMBER.finditer(text):
         run = match.group()
-        if run in ("一", "两") or not any(c.isdigit() or c in _DIGITS or c in _UNITS for c in run):
+        ordinal = match.start() > 0 and text[match.start() - 1] == "第"  # "第一" is first
+        if (run in ("一", "两") and not ordinal) or not any(c.isdigit() or c in _DIGITS or c in _UNITS for c in run):
             continue  # "一个", "两个" read as "a", "a couple"; lone 万 or 亿 are no number
-        found.append(_value(run))
+        after = text[match.end() :].lstrip()
+        unit = next((word for word in ordered if after.startswith(word)), None)
+        found.append(_value(run) + (f" {units[unit]}" if units and unit else ""))
     return found
 
 

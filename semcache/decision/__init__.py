@@ -1,0 +1,1 @@
+"""The hit decision: scorer, guards, judge, verifier, budget."""

@@ -1,0 +1,68 @@
+"""Guards: cheap checks that veto a semantic candidate whose meaning differs in a way embeddings
+miss. Each guard compares the incoming prompt with the cached prompt and is on or off in config;
+one module per guard, and the words each reads per language in ``languages`` (English, German,
+French, Spanish, Italian, Portuguese, Dutch and Chinese), which a contributor extends without
+touching the logic.
+
+- ``numbers``: the numbers differ, in digits or words, with their units ("2015" vs "2016",
+  "100g" vs "200g", "3 months" vs "3 years", "zwei" vs "drei", "2nd" vs "3rd"; "three" and "3" match).
+- ``negation``: one side is negated and the other is not ("can" vs "can't", "nicht", "ne ... pas", "不").
+- ``antonyms``: one side says a word where the other says its opposite ("enable" vs "disable").
+- ``dates``: the months or weekdays named differ ("in May" vs "in June", "mars" vs "avril").
+- ``direction``: two words trade the sides of "from" and "to" ("Celsius to Fahrenheit" vs
+  "Fahrenheit to Celsius", "von Euro nach Dollar" vs "von Dollar nach Euro").
+- ``entities``: a name, acronym or model code in one side is absent from the other.
+- ``order``: the same two names or words in swapped roles ("Kobe ... LeBron" vs "LeBron ... Kobe").
+- ``roles``: Chinese text whose two sides trade places around a verb of giving or moving.
+- ``literals``: code, command-line flags, identifiers and math must match exactly.
+- ``template``: prompts of several lines that share most of them and differ after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from .dates import dates
+from .direction import direction
+from .entities import entities, named
+from .literals import literals
+from .negation import negation
+from .numbers import numbers
+from .opposites import antonyms
+from .order import order, roles
+from .reading import GuardResult, Prompt
+from .template import template
+
+__all__ = ["GUARD_NAMES", "GuardResult", "check", "named_entities", "validate"]
+
+_GUARDS: dict[str, Callable[[Prompt, Prompt], GuardResult]] = {
+    "numbers": numbers,
+    "negation": negation,
+    "antonyms": antonyms,
+    "dates": dates,
+    "direction": direction,
+    "entities": entities,
+    "order": order,
+    "roles": roles,
+    "literals": literals,
+    "template": template,
+}
+GUARD_NAMES = tuple(_GUARDS)
+
+
+def named_entities(text: str) -> list[str]:
+    """Names, acronyms and codes in ``text``, lower-cased."""
+    return named(Prompt.of(text))
+
+
+def check(query: str, cached: str, enabled: Iterable[str]) -> list[GuardResult]:
+    """Run the enabled guards; a candidate may be served only if every result passed."""
+    left, right = Prompt.of(query), Prompt.of(cached)
+    return [_GUARDS[name](left, right) for name in enabled]
+
+
+def validate(names: Iterable[str]) -> list[str]:
+    unknown = sorted(set(names) - set(GUARD_NAMES))
+    if unknown:
+        raise ValueError(f"unknown guards {unknown}; choose from {list(GUARD_NAMES)}")
+    return list(dict.fromkeys(names))

@@ -1,0 +1,40 @@
+"""The ``entities`` guard: a name, acronym or model code in one side is absent from the other
+("Idaho" vs "Montana", "UK" vs "US", "Rockrider 340" vs "Rockrider 300")."""
+
+from __future__ import annotations
+
+from .languages import en
+from .reading import STOPWORDS, GuardResult, Prompt, stem
+
+_NUMBER_WORDS = frozenset(en.NUMBERS) | frozenset(en.NUMBER_LIKE) | frozenset(en.ORDINALS)
+
+
+def named(text: Prompt) -> list[str]:
+    """Names, acronyms and codes: capitalised words past the first, all-caps words, letter-digit mixes."""
+    found = []
+    for position, word in enumerate(text.cased):
+        lower = word.lower()
+        if lower in STOPWORDS or lower in _NUMBER_WORDS:
+            continue
+        mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+        acronym = len(word) >= 2 and word.isupper()
+        capitalised = position > 0 and word[:1].isupper() and not _after_sentence_end(text, position)
+        if mixed or acronym or capitalised:
+            found.append(lower)
+    return found
+
+
+def _after_sentence_end(text: Prompt, position: int) -> bool:
+    previous = text.cased[position - 1]
+    index = text.raw.find(text.cased[position], text.raw.find(previous))
+    between = text.raw[text.raw.find(previous) + len(previous) : index] if index >= 0 else ""
+    return any(mark in between for mark in ".?!:")
+
+
+def entities(query: Prompt, cached: Prompt) -> GuardResult:
+    for mine, other in ((query, cached), (cached, query)):
+        vocabulary = set(other.tokens)
+        missing = [e for e in named(mine) if e not in vocabulary and stem(e) not in map(stem, vocabulary)]
+        if missing:
+            return GuardResult("entities", False, f"{missing[0]!r} only on one side")
+    return GuardResult("entities", True)

@@ -1,0 +1,106 @@
+"""The ``numbers`` guard: the numbers differ, in digits or in words, with their units.
+
+"2015" vs "2016", "3 months" vs "5 months" and "3 months" vs "3 years" differ; "three" and "3",
+"22" and "twenty two", "2nd" and "second", "100g" and "100 grams" match. Each language's number
+words, ordinals and units come from its table (``languages``); Chinese numerals are read as numbers
+("十一月" is 11, "三百五十" is 350, "第二" is 2, "100毫克" is 100 mg). Superscripts are exponents:
+"2³" is 2 and 3, never 23.
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import chinese
+from .languages import CHINESE, Tables
+from .reading import GuardResult, Prompt, tables_for
+
+# Digits, then letters: "100g", "2nd", "1.5kg", "2e".
+_WITH_SUFFIX = re.compile(r"(\d+(?:[.,]\d+)*)([^\W\d_]+)")
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # 1,000,000.5
+_GROUPED_WITH_DOTS = re.compile(r"\d{1,3}(?:\.\d{3})+,\d+")  # 1.000,5
+_DECIMAL_COMMA = re.compile(r"\d+,\d{1,2}|\d+,\d{4,}")  # 3,5: a comma before other than three digits
+
+
+def number(digits: str) -> str:
+    """Digits as one spelling of their value: "1,000" and "1000" alike, "3,5" as "3.5", "05" as "5"."""
+    digits = digits.rstrip(".")
+    if _GROUPED.fullmatch(digits):
+        digits = digits.replace(",", "")
+    elif _GROUPED_WITH_DOTS.fullmatch(digits):
+        digits = digits.replace(".", "").replace(",", ".")
+    elif _DECIMAL_COMMA.fullmatch(digits):
+        digits = digits.replace(",", ".")
+    else:
+        digits = digits.replace(",", "")
+    return str(int(digits)) if digits.isdigit() else digits
+
+
+def spelled(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _joined(values: list[float]) -> float:
+    """Counting words as one number: "twenty two" 22, "two hundred" 200, "three thousand five hundred" 3500."""
+    total = current = 0.0
+    for value in values:
+        if value >= 1000:
+            total += max(current, 1) * value
+            current = 0
+        elif value == 100:
+            current = max(current, 1) * value
+        else:
+            current += value
+    return total + current
+
+
+def values(prompt: Prompt, tables: Tables) -> set[str]:
+    """The numbers of ``prompt``, each with its unit where one follows or is attached ("100 g")."""
+    found = set(chinese.numbers(prompt.raw, CHINESE.UNITS)) if prompt.han else set()
+    words = prompt.words
+    position = 0
+
+    def unit_after(at: int) -> tuple[str, int]:
+        """The unit at ``at``, if one stands there, and the position after it."""
+        if at < len(words) and words[at] in tables.units:
+            return " " + tables.units[words[at]], at + 1
+        return "", at
+
+    while position < len(words):
+        word = words[position]
+        if prompt.han and (any(ch.isdigit() for ch in word) or chinese.has_han(word)):
+            position += 1  # Chinese text's numerals and digits are read by ``chinese.numbers``
+            continue
+        if word.isdigit() or (any(ch.isdigit() for ch in word) and not any(ch.isalpha() for ch in word)):
+            unit, position = unit_after(position + 1)
+            found.add(number(word) + unit)
+            continue
+        attached = _WITH_SUFFIX.fullmatch(word)
+        if attached:
+            digits, suffix = attached.groups()
+            if suffix in tables.ordinal_suffixes:
+                found.add(number(digits))
+            else:
+                found.add(f"{number(digits)} {tables.units.get(suffix, suffix)}")
+            position += 1
+            continue
+        if word in tables.numbers:
+            run = []
+            while position < len(words) and words[position] in tables.numbers:
+                run.append(tables.numbers[words[position]])
+                position += 1
+            unit, position = unit_after(position)
+            found.add(spelled(_joined(run)) + unit)
+            continue
+        if word in tables.number_like or word in tables.ordinals:
+            found.add(spelled(tables.number_like.get(word) or tables.ordinals[word]))
+        position += 1
+    return found
+
+
+def numbers(query: Prompt, cached: Prompt) -> GuardResult:
+    tables = tables_for(query, cached)
+    left, right = values(query, tables), values(cached, tables)
+    if left == right:
+        return GuardResult("numbers", True)
+    return GuardResult("numbers", False, f"{sorted(left)} vs {sorted(right)}")

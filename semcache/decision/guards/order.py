@@ -1,0 +1,49 @@
+"""Swapped roles: the ``order`` guard (Latin text: the same two names or words in swapped roles,
+"Kobe ... LeBron" vs "LeBron ... Kobe") and the ``roles`` guard (Chinese text whose two sides trade
+places around a verb of giving or moving: "男生送女生" vs "女生送男生", "从北京到上海" vs "从上海到北京")."""
+
+from __future__ import annotations
+
+from . import chinese
+from .entities import named
+from .languages import en
+from .reading import STOPWORDS, GuardResult, Prompt, stem
+
+_NEGATIONS = frozenset(en.NEGATIONS.split())
+
+
+def order(query: Prompt, cached: Prompt) -> GuardResult:
+    """Swapped roles: two words shared by both sides appear in opposite order."""
+    left = _content_positions(query)
+    right = _content_positions(cached)
+    shared = [w for w in left if w in right]
+    same_words = set(left) == set(right)
+    names = set(named(query)) | set(named(cached))
+    for i, first in enumerate(shared):
+        for second in shared[i + 1 :]:
+            if (left[first] < left[second]) == (right[first] < right[second]):
+                continue
+            if same_words or (first in names and second in names):
+                return GuardResult("order", False, f"{first!r} and {second!r} swap places")
+    return GuardResult("order", True)
+
+
+def _content_positions(text: Prompt) -> dict[str, int]:
+    positions: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for position, token in enumerate(text.tokens):
+        if token in STOPWORDS or token in _NEGATIONS or len(token) < 2:
+            continue
+        word = stem(token)
+        counts[word] = counts.get(word, 0) + 1
+        positions.setdefault(word, position)
+    return {word: at for word, at in positions.items() if counts[word] == 1}
+
+
+def roles(query: Prompt, cached: Prompt) -> GuardResult:
+    """Swapped roles or direction in Chinese text; Latin text always passes (see ``order``)."""
+    swapped = chinese.swapped_roles(query.raw, cached.raw)
+    if swapped is None:
+        return GuardResult("roles", True)
+    first, second, marker = swapped
+    return GuardResult("roles", False, f"{first!r} and {second!r} swap sides of {marker!r}")

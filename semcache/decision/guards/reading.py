@@ -1,0 +1,84 @@
+"""How the guards read a prompt: once per prompt, shared by every guard."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import cached_property
+
+from . import chinese, languages
+from .languages import Tables
+
+_TOKEN = re.compile(r"[^\W_]+(?:[.,'’][^\W_]+)*", re.UNICODE)
+_CONTRACTED_NOT = re.compile(r"n['’]t\b")
+# Superscripts and subscripts written out before NFKC, which would read "2³" as "23" and "H₂" as "H2".
+_SCRIPT_FORMS = str.maketrans(
+    {ch: "^" + unicodedata.normalize("NFKC", ch) for ch in "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁱⁿ"}
+    | {ch: "_" + unicodedata.normalize("NFKC", ch) for ch in "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₕₖₗₘₙₚₛₜ"}
+)
+STOPWORDS = frozenset(
+    (
+        "a an the and or but if then so of to in on at by for with from into onto about as is are was were be "
+        "been being am do does did doing have has had having i me my mine we us our you your he him his she "
+        "her it its they them their what which who whom whose when where why how this that these those there "
+        "here can could should would will shall may might must some any all each every more very much many "
+        "such than too also just only own same other another get got getting make made one's someone "
+        "something anyone anything up out over s t don't doesn't isn't aren't wasn't weren't "
+    ).split()
+)
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    guard: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    raw: str  # NFKC, superscripts written out
+    tokens: list[str]  # lower-cased, in order
+    cased: list[str]  # original case, in order
+    original: str  # as sent: the ``literals`` guard reads case, layout and every mark
+
+    @classmethod
+    def of(cls, text: str) -> Prompt:
+        normal = unicodedata.normalize("NFKC", text.translate(_SCRIPT_FORMS)).replace('""', '"')
+        cased = _TOKEN.findall(_CONTRACTED_NOT.sub(" not", normal))
+        return cls(normal, [t.lower() for t in cased], cased, text)
+
+    @cached_property
+    def han(self) -> bool:
+        return chinese.has_han(self.raw)
+
+    @cached_property
+    def cased_words(self) -> list[str]:
+        """The tokens with elisions split off ("l'heure" is "l" and "heure"), as written."""
+        words: list[str] = []
+        for token in self.cased:
+            split = languages.elided(token)
+            words.extend(split if split else (token,))
+        return words
+
+    @cached_property
+    def words(self) -> list[str]:
+        """``cased_words`` case-folded and without accents, as the language tables are."""
+        return [languages.fold(word) for word in self.cased_words]
+
+    @cached_property
+    def languages(self) -> frozenset[str]:
+        return languages.detect(self.words)
+
+
+def tables_for(query: Prompt, cached: Prompt) -> Tables:
+    """The tables of every language either prompt is in: both are read with the same words."""
+    return languages.tables(query.languages | cached.languages)
+
+
+def stem(word: str) -> str:
+    for suffix in ("ies", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
