@@ -162,9 +162,9 @@ def _name(path: Path, taken: dict[str, str]) -> str:
 
 def measure_semcache(inputs: Inputs, settings: Settings, embedder: CachedEmbedder, progress: Progress) -> CacheResults:
     """semcache's column, in process, at ``settings`` with its default policy and verifier."""
+    from semcache.decision.quality import default_policy
     from semcache.evaluation import evaluate_pairs, evaluate_trace
     from semcache.evaluation.trace import Learning
-    from semcache.quality import default_policy
 
     started = time.monotonic()
     policy = default_policy(settings)

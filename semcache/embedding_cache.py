@@ -23,12 +23,12 @@ from typing import Any, Literal, TypeGuard
 
 import numpy as np
 
+from .decision.quality import NamespacePolicies
 from .errors import InvalidRequest, StoreUnavailable, UpstreamError, UpstreamUnavailable
 from .keys import embedding_key
 from .observer import NullObserver, Observer
 from .pipeline import RequestControls
 from .protocols import EmbeddingStore, Upstream
-from .quality import NamespacePolicies
 from .tokens import TokenCounter
 from .wire import MAX_MODEL_CHARS
 

@@ -67,3 +67,16 @@ def detect_script(text: str) -> Script:
 
 def _is_latin_letter(char: str) -> bool:
     return char.isascii() or "LATIN" in unicodedata.name(char, "")  # also full-width Ａ-Ｚ
+
+
+def validate_thresholds(thresholds: object) -> dict[str, float]:
+    """Per-script thresholds, checked: known scripts, cosines in 0-1."""
+    if not isinstance(thresholds, dict):
+        raise ValueError(f"thresholds must map scripts ({', '.join(SCRIPTS)}) to cosines")
+    unknown = sorted(set(thresholds) - set(SCRIPTS))
+    if unknown:
+        raise ValueError(f"unknown scripts {unknown} in thresholds; choose from {list(SCRIPTS)}")
+    for script, value in thresholds.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"thresholds.{script} must be between 0 and 1")
+    return {script: float(value) for script, value in thresholds.items()}

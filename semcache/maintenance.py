@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .budget import ErrorBudgets, share_evidence
+from .decision.budget import ErrorBudgets, share_evidence
 from .embedders import BatchingEmbedder
 from .embedders.routing import EmbeddingRoutes
 from .entries import PendingAccesses

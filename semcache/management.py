@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .decision.quality import NamespacePolicies
 from .embedders import BatchingEmbedder
 from .entries import CacheEntry, EntryQuery, RemovedEntry
 from .errors import InvalidRequest
 from .index import ScopedVectorIndex
 from .language import detect_script
 from .protocols import OperatorStore
-from .quality import NamespacePolicies
 from .tiers import TemplateTier, load_templates
 from .tiers.template import LiveTemplates
 from .wording import counted

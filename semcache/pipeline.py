@@ -18,9 +18,13 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from .budget import ErrorBudgets
 from .coalescing import Flight, InFlight
 from .decision import guards
+from .decision.budget import ErrorBudgets
+from .decision.judges import AnswerJudge, JudgeCase
+from .decision.quality import Decision, DecisionLog, NamespacePolicies
+from .decision.standalone import reads_standalone
+from .decision.verification import Verification
 from .dialects import Dialect, HitReply
 from .dialects.chat import CHAT
 from .embedders import BatchingEmbedder, FollowUp
@@ -29,7 +33,6 @@ from .errors import InvalidRequest, NotFound, SemcacheError, StoreUnavailable, U
 from .feedback import ServedHit, ServedHits, WrongAnswers
 from .index import ScopedVectorIndex
 from .instructions import find_answer_instruction
-from .judges import AnswerJudge, JudgeCase
 from .keys import (
     RequestKey,
     bypass_reason,
@@ -38,18 +41,15 @@ from .keys import (
     conversation_text,
     live_data_reason,
     message_text,
-    reads_standalone,
     request_key,
 )
 from .limits import fit_context
 from .observer import NullObserver, Observer, timed
 from .protocols import AnswerStore, Upstream
-from .quality import Decision, DecisionLog, NamespacePolicies
 from .tiers import ExactTier, Hit, SemanticTier
 from .tiers.semantic import Probe
 from .tiers.template import LiveTemplates
 from .tokens import PriceTable, TokenCounter
-from .verification import Verification
 from .wire import ChatCompletionRequest
 
 log = logging.getLogger("semcache.pipeline")
@@ -99,7 +99,7 @@ class Lookup:
     # Set when the answer came from another request's upstream call: "exact" or "semantic".
     coalesced_tier: Literal["exact", "semantic"] | None = None
     usage: dict[str, int] | None = None  # of a hit, counted once
-    # The semantic candidate to label with this request's own upstream answer (semcache.budget).
+    # The semantic candidate to label with this request's own upstream answer (semcache.decision.budget).
     probe: Probe | None = None
     # False for the cache API: no upstream answer of its own will come to compare an explored hit with.
     explore: bool = True

@@ -158,7 +158,7 @@ class ReembeddableStore(IndexSource, Protocol):
 
 
 class EvidenceStore(Protocol):
-    """Where the error budgets' counters live (semcache.budget): added to, never overwritten, so
+    """Where the error budgets' counters live (semcache.decision.budget): added to, never overwritten, so
     that replicas sharing one store add up their evidence."""
 
     async def add_evidence(self, batch_id: str, deltas: dict[tuple[str, str], dict[str, int]]) -> None:

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from .decision.quality import NamespacePolicies
 from .embedders import BatchingEmbedder
 from .errors import StoreUnavailable
 from .feedback import WrongAnswers
 from .index import ScopedVectorIndex
 from .maintenance import load_snapshot, reconcile_index
-from .quality import NamespacePolicies
 from .stats import Stats
 from .stores.redis import FeedEvent, RedisStore
 from .tiers import TemplateTier, parse_templates

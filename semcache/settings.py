@@ -11,7 +11,7 @@ import difflib
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -21,9 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from .decision.guards import GUARD_NAMES
-from .decision.guards import validate as validate_guards
-from .quality import validate_thresholds
+from .language import validate_thresholds
 from .wire import MAX_JSON_DEPTH, MAX_MESSAGES, MAX_TOOLS
 
 ENV_PREFIX = "SEMCACHE_"
@@ -46,7 +44,20 @@ TOOL_VARIABLES = frozenset(
 # serves at least 45% of the possible hits with the fewest wrong ones.
 DEFAULT_THRESHOLD = 0.91
 # "roles" reads Chinese text only (swapped roles or direction); Latin text always passes it.
+# The guards an operator may name (semcache.decision.guards holds one for each).
+GUARD_NAMES = ("numbers", "negation", "antonyms", "dates", "direction", "entities", "order", "roles", "literals",
+               "template")  # fmt: skip
 DEFAULT_GUARDS = ("numbers", "negation", "antonyms", "dates", "direction", "roles", "literals", "template")
+
+
+def validate_guards(names: Iterable[str]) -> list[str]:
+    """Known guard names, each once, in the order given."""
+    unknown = sorted(set(names) - set(GUARD_NAMES))
+    if unknown:
+        raise ValueError(f"unknown guards {unknown}; choose from {list(GUARD_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
 # Per prompt script, for the multilingual model those scripts use (docs/hit-quality.md, Chinese):
 # multilingual-e5-small packs its cosines into 0.8-1.0.
 DEFAULT_LANGUAGE_THRESHOLDS = {"han": 0.987, "other": 0.987}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from semcache.budget import BudgetRule, ErrorBudgets, share_evidence
+from semcache.decision.budget import BudgetRule, ErrorBudgets, share_evidence
 from semcache.stores import SQLiteStore
 from semcache.stores.redis import RedisStore
 from testkit.redis_server import RedisServer
@@ -196,7 +196,7 @@ async def test_a_batch_sent_twice_counts_once_in_sqlite_and_in_redis(tmp_path: P
 
 
 def test_client_chosen_namespaces_cannot_grow_the_budgets_without_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("semcache.budget.MAX_BUDGETS", 3)
+    monkeypatch.setattr("semcache.decision.budget.MAX_BUDGETS", 3)
     budgets = ErrorBudgets()
     for number in range(10):
         budgets.note_request(f"ns{number}")

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from semcache.decision.quality import NamespacePolicies, default_policy
 from semcache.embedding_cache import EmbeddingCache, parse_embedding_request
 from semcache.errors import UpstreamUnavailable
 from semcache.pipeline import RequestControls
-from semcache.quality import NamespacePolicies, default_policy
 from semcache.settings import Settings
 from semcache.testing.standin_upstream import embedding_inputs, standin_embedding
 from testkit.fakes import MemoryEmbeddingStore

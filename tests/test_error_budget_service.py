@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from semcache.budget import conservative_start
+from semcache.decision.budget import conservative_start
 from semcache.testing.standin_upstream import StandinUpstream
 from testkit.servers import SemcacheProcess
 from testkit.support_bot import GREETING, SIGN_OFF

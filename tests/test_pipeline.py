@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from semcache.decision.quality import NamespacePolicies, QualityPolicy
 from semcache.embedders import BatchingEmbedder
 from semcache.errors import UpstreamUnavailable
 from semcache.index import ScopedVectorIndex
 from semcache.pipeline import Pipeline, RequestControls
 from semcache.protocols import Relayed, RelayRequest
-from semcache.quality import NamespacePolicies, QualityPolicy
 from semcache.stores import SQLiteStore
 from semcache.tiers import TemplateTier
 from semcache.tiers.template import LiveTemplates

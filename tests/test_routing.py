@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from semcache.decision.quality import NamespacePolicies, QualityPolicy
 from semcache.embedders import BatchingEmbedder, EmbeddingRoutes, RoutedEmbedder
 from semcache.keys import request_key
-from semcache.quality import NamespacePolicies, QualityPolicy
 from semcache.tiers import Template, TemplateTier
 from semcache.wire import ChatCompletionRequest
 from testkit.fakes import HashingEmbedder

@@ -15,8 +15,7 @@ import httpx
 import openai
 import pytest
 
-from semcache.testing.standin_upstream import StandinUpstream
-from semcache.verification import (
+from semcache.decision.verification import (
     VERIFICATION_MARK,
     UpstreamVerifier,
     Verification,
@@ -26,6 +25,7 @@ from semcache.verification import (
     verdict_of,
     verification_messages,
 )
+from semcache.testing.standin_upstream import StandinUpstream
 from testkit.servers import SemcacheProcess
 
 from .conftest import ask

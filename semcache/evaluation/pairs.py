@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from ..budget import conservative_start
 from ..decision import guards
+from ..decision.budget import conservative_start
+from ..decision.quality import QualityPolicy
+from ..decision.verification import band_start
 from ..language import detect_script
-from ..quality import QualityPolicy
-from ..verification import band_start
 from .data import DEFAULT_SEED
 from .embedding_cache import CachedEmbedder
 from .verifier import ErringVerifier

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..decision.quality import QualityPolicy, default_policy
 from ..embedders import load_configured_embedder, load_routed
-from ..quality import QualityPolicy, default_policy
 from ..settings import Settings
 from .embedding_cache import CachedEmbedder
 

@@ -19,18 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from ..budget import ErrorBudgets
+from ..decision.budget import ErrorBudgets
+from ..decision.judges import EmbeddingJudge, JudgeCase
+from ..decision.quality import DecisionLog, NamespacePolicies, QualityPolicy
+from ..decision.verification import Verification
 from ..embedders import BatchingEmbedder
 from ..index import ScopedVectorIndex
-from ..judges import EmbeddingJudge, JudgeCase
 from ..pipeline import Pipeline, RequestControls
 from ..protocols import Relayed, RelayRequest, UpstreamApi
-from ..quality import DecisionLog, NamespacePolicies, QualityPolicy
 from ..stores import SQLiteStore
 from ..tiers import TemplateTier
 from ..tiers.template import LiveTemplates
 from ..tokens import TokenCounter
-from ..verification import Verification
 from ..wire import ChatCompletionRequest, chat_completion, completion_id
 from .data import DEFAULT_SEED
 from .embedding_cache import CachedEmbedder

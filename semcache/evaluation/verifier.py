@@ -15,7 +15,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from ..verification import VerificationCase, VerifierReply, verification_messages
+from ..decision.verification import VerificationCase, VerifierReply, verification_messages
 
 REJECTS_RIGHT = 0.03
 ACCEPTS_LOOK_ALIKE = 0.10

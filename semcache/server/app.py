@@ -12,14 +12,16 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from ..budget import ErrorBudgets, share_evidence
+from ..decision.budget import ErrorBudgets, share_evidence
+from ..decision.judges import load_judge
+from ..decision.quality import DecisionLog, NamespacePolicies, default_policy
+from ..decision.verification import load_verification
 from ..dialects.responses import IssuedResponses
 from ..embedders import BatchingEmbedder, RoutedEmbedder, load_configured_embedder, load_routed
 from ..embedding_cache import EmbeddingCache
 from ..errors import StoreUnavailable
 from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
-from ..judges import load_judge
 from ..limits import RateLimiter
 from ..logs import Redactor, bind_request_id
 from ..maintenance import Maintenance, restore_index
@@ -28,7 +30,6 @@ from ..metrics import Metrics, Readings
 from ..observer import FanOut
 from ..pipeline import Pipeline
 from ..protocols import Embedder, EvidenceStore, Store, Upstream
-from ..quality import DecisionLog, NamespacePolicies, default_policy
 from ..replication import Replica
 from ..scrubbing import MIN_SECRET_CHARS, SecretScrubber
 from ..settings import ACCOUNT_ROUTES, Settings
@@ -41,7 +42,6 @@ from ..tokens import Price, PriceTable, TokenCounter
 from ..upstreams import RemoteUpstream
 from ..upstreams.remote import server_address
 from ..upstreams.resilience import CircuitBreaker, ConcurrencyLimit, ResilientUpstream, RetryPolicy
-from ..verification import load_verification
 from ..wire import ChatCompletionRequest
 from ..wording import counted
 from .access import AccessPolicy

@@ -84,7 +84,7 @@ def _m004_namespace_index(db: sqlite3.Connection) -> None:
 
 
 def _m005_evidence(db: sqlite3.Connection) -> None:
-    # The error budgets' counters (semcache.budget), added to as evidence arrives.
+    # The error budgets' counters (semcache.decision.budget), added to as evidence arrives.
     db.execute(
         """CREATE TABLE evidence (
             namespace TEXT NOT NULL,

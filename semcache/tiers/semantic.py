@@ -2,12 +2,12 @@
 
 A candidate is served only if, in order:
 1. its cosine similarity reaches the namespace's decision line for the prompt's script (each script
-   has its own model, and so its own line): the line its error budget learned (``semcache.budget``),
+   has its own model, and so its own line): the line its error budget learned (``semcache.decision.budget``),
    or the threshold while it has too little evidence or an operator pinned it; and the entry's own
    learned threshold;
 2. it was never reported wrong for this query (negative feedback);
 3. every enabled guard passes (numbers, negation, entities, ...);
-4. under the line but within the verification band (``semcache.verification``), a model says the
+4. under the line but within the verification band (``semcache.decision.verification``), a model says the
    cached answer answers the query: the first such candidate is verified, and decides. A few
    verified hits are audited instead: answered from the upstream, and judged.
 Each lookup leaves a ``Decision`` that explains the outcome. A similar request still in flight is
@@ -29,16 +29,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..budget import BudgetRule, ErrorBudgets, conservative_start
 from ..decision import guards
+from ..decision.budget import BudgetRule, ErrorBudgets, conservative_start
+from ..decision.quality import Decision, NamespacePolicies, QualityPolicy
+from ..decision.verification import Verification, VerificationCase, band_start
 from ..entries import CacheEntry
 from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
 from ..keys import RequestKey
 from ..observer import NullObserver, Observer, timed
 from ..protocols import EntryReader
-from ..quality import Decision, NamespacePolicies, QualityPolicy
-from ..verification import Verification, VerificationCase, band_start
 from .base import Hit
 
 _CANDIDATES = 4

@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import httpx
 from pydantic_core import from_json
 
+from ..decision.verification import VERIFICATION_HEADER, VERIFICATION_MARK
 from ..errors import UpstreamAnswerTooLarge, UpstreamError, UpstreamStatusError, UpstreamUnavailable
 from ..logs import REQUEST_ID_HEADER, Redactor, current_request_id
 from ..protocols import Relayed, RelayRequest, UpstreamApi
 from ..scrubbing import SecretScrubber
-from ..verification import VERIFICATION_HEADER, VERIFICATION_MARK
 
 # Headers from the client that are safe and useful to pass on, when the client's own key is.
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")

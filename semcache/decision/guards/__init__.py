@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ...settings import GUARD_NAMES, validate_guards
 from .dates import dates
 from .direction import direction
 from .entities import entities, named
@@ -35,6 +36,8 @@ from .template import template
 
 __all__ = ["GUARD_NAMES", "GuardResult", "check", "named_entities", "validate"]
 
+validate = validate_guards
+
 _GUARDS: dict[str, Callable[[Prompt, Prompt], GuardResult]] = {
     "numbers": numbers,
     "negation": negation,
@@ -47,7 +50,7 @@ _GUARDS: dict[str, Callable[[Prompt, Prompt], GuardResult]] = {
     "literals": literals,
     "template": template,
 }
-GUARD_NAMES = tuple(_GUARDS)
+assert tuple(_GUARDS) == GUARD_NAMES, "every guard an operator may name, and no other"
 
 
 def named_entities(text: str) -> list[str]:
@@ -59,10 +62,3 @@ def check(query: str, cached: str, enabled: Iterable[str]) -> list[GuardResult]:
     """Run the enabled guards; a candidate may be served only if every result passed."""
     left, right = Prompt.of(query), Prompt.of(cached)
     return [_GUARDS[name](left, right) for name in enabled]
-
-
-def validate(names: Iterable[str]) -> list[str]:
-    unknown = sorted(set(names) - set(GUARD_NAMES))
-    if unknown:
-        raise ValueError(f"unknown guards {unknown}; choose from {list(GUARD_NAMES)}")
-    return list(dict.fromkeys(names))

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from .protocols import Upstream
-    from .settings import Settings
+    from ..protocols import Upstream
+    from ..settings import Settings
 
-log = logging.getLogger("semcache.judges")
+log = logging.getLogger("semcache.decision.judges")
 
 # Only the start of long answers is embedded: the model reads 256 tokens at most.
 _EMBEDDED_CHARS = 2_000

@@ -10,12 +10,12 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .decision import guards as guard_checks
-from .language import SCRIPTS
+from ..language import validate_thresholds
+from ..settings import validate_guards
 from .verification import VERIFY_MODES, VerifyMode
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from ..settings import Settings
 
 
 _MAX_HIT_MIN_LATENCY_MS = 60_000.0
@@ -36,14 +36,14 @@ class QualityPolicy:
     threshold: float
     guards: tuple[str, ...] = ()
     # Candidates under the certified line and above the band's lower edge are put to a model
-    # (semcache.verification): before answering, in the background, or never.
+    # (semcache.decision.verification): before answering, in the background, or never.
     verify: VerifyMode = "sync"
     thresholds: dict[str, float] = field(default_factory=dict)
     # Tenant safety (docs/security.md, "Timing side channel" and "Cache poisoning"): entries serve only the
     # user who stored them; hits wait until this long after their request arrived.
     scope_per_user: bool = False
     hit_min_latency_ms: float = 0.0
-    # The error budget (semcache.budget): the share of semantic hits that may be wrong, and whether
+    # The error budget (semcache.decision.budget): the share of semantic hits that may be wrong, and whether
     # the line is learned from evidence (else ``threshold`` is the line, as it is when pinned).
     target_error: float = 0.01
     learn: bool = True
@@ -53,7 +53,7 @@ class QualityPolicy:
 
     def updated(self, changes: dict[str, Any]) -> QualityPolicy:
         if "guards" in changes:
-            changes = {**changes, "guards": tuple(guard_checks.validate(changes["guards"]))}
+            changes = {**changes, "guards": tuple(validate_guards(changes["guards"]))}
         if "thresholds" in changes:
             changes = {**changes, "thresholds": {**self.thresholds, **validate_thresholds(changes["thresholds"])}}
         policy = replace(self, **changes)
@@ -69,19 +69,6 @@ class QualityPolicy:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "guards": list(self.guards)}
-
-
-def validate_thresholds(thresholds: object) -> dict[str, float]:
-    """Per-script thresholds, checked: known scripts, cosines in 0-1."""
-    if not isinstance(thresholds, dict):
-        raise ValueError(f"thresholds must map scripts ({', '.join(SCRIPTS)}) to cosines")
-    unknown = sorted(set(thresholds) - set(SCRIPTS))
-    if unknown:
-        raise ValueError(f"unknown scripts {unknown} in thresholds; choose from {list(SCRIPTS)}")
-    for script, value in thresholds.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"thresholds.{script} must be between 0 and 1")
-    return {script: float(value) for script, value in thresholds.items()}
 
 
 class NamespacePolicies:

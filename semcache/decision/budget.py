@@ -33,7 +33,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from .protocols import EvidenceStore
+    from ..protocols import EvidenceStore
 
 LabelSource = Literal["near_miss", "explored", "feedback"]
 LABEL_SOURCES: tuple[LabelSource, ...] = ("near_miss", "explored", "feedback")

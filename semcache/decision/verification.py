@@ -1,6 +1,6 @@
 """Verified hits: a semantic candidate that the score cannot vouch for is put to a model.
 
-Above a namespace's certified line (``semcache.budget``) a candidate that the guards let through is
+Above a namespace's certified line (``semcache.decision.budget``) a candidate that the guards let through is
 served on its score. Between the band's lower edge and that line, the score cannot tell a
 paraphrase from a look-alike, so one short chat completion asks the upstream whether the cached
 answer answers the new prompt: yes serves it (``X-Semcache-Verified: true``); no, an error, a
@@ -34,15 +34,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ..observer import NullObserver, Observer
 from .budget import MARGINAL_FACTOR, wilson
-from .observer import NullObserver, Observer
 
 if TYPE_CHECKING:
-    from .protocols import Upstream
-    from .settings import Settings
-    from .tokens import PriceTable
+    from ..protocols import Upstream
+    from ..settings import Settings
+    from ..tokens import PriceTable
 
-log = logging.getLogger("semcache.verification")
+log = logging.getLogger("semcache.decision.verification")
 
 VerifyMode = Literal["sync", "async", "off"]
 VERIFY_MODES: tuple[VerifyMode, ...] = ("sync", "async", "off")
