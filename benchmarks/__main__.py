@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--hit-quality-limit",
         type=int,
         metavar="N",
-        help="hit_quality: requests per trace (default 700, --quick 40; 0: whole traces)",
+        help="hit_quality: requests per trace (default 1000, --quick 40; 0: whole traces)",
     )
     sub.add_argument(
         "--litellm-cache",

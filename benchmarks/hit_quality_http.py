@@ -20,7 +20,7 @@ requests whose cluster came earlier in the replay. Full answers beyond misses ar
 full chat completions less the misses (exploration's answers; verifications are counted apart).
 
     python -m benchmarks.hit_quality_http                       # both traces, every mode
-    python -m benchmarks.hit_quality_http --limit 600 --modes verify off
+    python -m benchmarks.hit_quality_http --limit 0 --modes verify off  # whole traces
     python -m benchmarks run --only hit_quality                 # as a part of the suite
 
 Writes ``hit_quality.json``, ``hit_quality.txt`` and ``hit_quality.png`` into ``--out``
@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 from semcache.budget import wilson
@@ -65,11 +66,12 @@ TRACES = {"quora": "trace_qqp_dev.jsonl", "faq": "trace_faq_dev.jsonl"}
 MAX_WRONG = {"quora": 0.02, "faq": 0.01}
 MIN_SERVED = {"quora": 0.60, "faq": 0.70}
 MAX_EXTRA_SHARE = 0.10  # full upstream answers beyond the misses, per request
-DEFAULT_LIMIT = 700  # requests per trace: every mode of both traces in about ten minutes on two busy cores
+DEFAULT_LIMIT = 1000  # requests per trace: every mode of both traces in well under ten minutes on two busy cores
 Z95 = 1.96
 _QUOTED = re.compile(r"<<<\n(.*?)\n>>>", re.DOTALL)
 _EXAMPLES = 8
 _PROGRESS_EVERY = 100
+_PLOT_MAX_WRONG = 10  # percent: a run with few hits has an upper bound far above every goal
 
 
 @dataclass(frozen=True)
@@ -224,12 +226,15 @@ def replay(
                     say(f"  {trace}/{mode.name}: {position + 1}/{len(rows)} requests, {len(hits)} hits, "
                         f"{wrong} wrong, {time.monotonic() - replay_started:.0f} s")  # fmt: skip
             replay_s = time.monotonic() - replay_started
+            # What the namespace learned (its line, labels, band, judge): /admin answers loopback callers.
+            quality = httpx.get(f"{service.url}/admin/namespaces/default/quality", timeout=30).json()
         finally:
             service.stop()
         calls = upstream.server.chat_calls()
         verifications = len(upstream.server.verification_calls())
     report = summarise(trace, mode, rows, served, full_answers=calls, verifications=verifications,
                        upstream=upstream)  # fmt: skip
+    report["quality_at_end"] = quality
     report["startup_seconds"] = round(startup_s, 1)
     report["replay_seconds"] = round(replay_s, 1)
     return report
@@ -354,13 +359,22 @@ def _wrong_by(hits: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _targets(trace: str, mode: Mode, report: dict[str, Any]) -> list[dict[str, Any]]:
-    checks = [(f"wrong share of hits ≤ {MAX_WRONG[trace]:.0%}", report["wrong_share"] <= MAX_WRONG[trace])]
+    """The issue's goals for this trace and mode, each PASS, MISS or not measured (no hits to judge)."""
+    hits, wrong, upper = report["hits"], report["wrong_share"], report["wrong_share_upper95"]
+    found = [_goal(f"wrong share of hits ≤ {MAX_WRONG[trace]:.0%}", wrong <= MAX_WRONG[trace] if hits else None,
+                   f"{wrong:.1%} of {hits} hits (95% upper {upper:.1%})")]  # fmt: skip
     if mode.verify is None:
-        goal = MIN_SERVED[trace]
-        checks.append((f"possible hits served ≥ {goal:.0%}", report["served_share"] >= goal))
-    checks.append((f"full answers beyond misses ≤ {MAX_EXTRA_SHARE:.0%} of requests",
-                   report["extra_share"] <= MAX_EXTRA_SHARE))  # fmt: skip
-    return [{"goal": goal, "status": "PASS" if ok else "MISS"} for goal, ok in checks]
+        goal, served = MIN_SERVED[trace], report["served_share"]
+        found.append(_goal(f"possible hits served ≥ {goal:.0%}", served >= goal if report["possible_hits"] else None,
+                           f"{served:.1%} of {report['possible_hits']}"))  # fmt: skip
+    extra = report["extra_share"]
+    found.append(_goal(f"full answers beyond misses ≤ {MAX_EXTRA_SHARE:.0%} of requests", extra <= MAX_EXTRA_SHARE,
+                       f"{extra:.1%}"))  # fmt: skip
+    return found
+
+
+def _goal(goal: str, ok: bool | None, measured: str) -> dict[str, Any]:
+    return {"goal": goal, "measured": measured, "status": "not measured" if ok is None else "PASS" if ok else "MISS"}
 
 
 def run(
@@ -428,8 +442,10 @@ def table(results: dict[str, Any]) -> str:
     rows = [TABLE_HEAD, *table_rows(results)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_HEAD))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
-    goals = [f"{r['trace']}/{r['mode']}: " + "; ".join(f"{t['goal']} {t['status']}" for t in r["targets"])
-             for r in results.get("runs", [])]  # fmt: skip
+    goals = []
+    for r in results.get("runs", []):
+        checked = "; ".join(f"{t['goal']} {t['status']} ({t['measured']})" for t in r["targets"])
+        goals.append(f"{r['trace']}/{r['mode']}: {checked}")
     return "\n".join([f"command: {results.get('command')}", *lines, "", *goals])
 
 
@@ -452,8 +468,9 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
         axis.axhline(100 * MAX_WRONG[trace], color="grey", linestyle="--", linewidth=1, label="most wrong share")
         axis.axvline(100 * MIN_SERVED[trace], color="grey", linestyle=":", linewidth=1, label="least served (verify)")
         axis.set_xlim(0, 100)
+        axis.set_ylim(0, _PLOT_MAX_WRONG)
         axis.set_xlabel("possible hits served (%)")
-        axis.set_ylabel("wrong share of hits (%), bar to 95% upper bound")
+        axis.set_ylabel(f"wrong share of hits (%), bar to 95% upper bound (cut at {_PLOT_MAX_WRONG}%)")
         axis.set_title(f"{trace} ({TRACES[trace]})")
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=7, loc="upper left")

@@ -184,16 +184,12 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _hit_quality_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The hit_quality part's goals, when it ran: per trace and mode, each goal PASS or MISS."""
+    """The hit_quality part's goals, when it ran: per trace and mode, each PASS, MISS or not measured."""
     found = []
     for run in (results.get("hit_quality") or {}).get("runs", []):
         for goal in run["targets"]:
-            value = run["wrong_share"] if goal["goal"].startswith("wrong") else None
-            found.append({"target": f"hit quality over HTTP, {run['trace']} / {run['mode']}: {goal['goal']}",
-                          "goal": goal["goal"], "value": value,
-                          "measured": f"wrong {run['wrong_share']:.1%} of {run['hits']} hits, served "
-                                      f"{run['served_share']:.1%}, beyond misses {run['extra_share']:.1%}",
-                          "status": goal["status"]})  # fmt: skip
+            found.append({"target": f"hit quality over HTTP, {run['trace']} / {run['mode']}", "goal": goal["goal"],
+                          "value": None, "measured": goal["measured"], "status": goal["status"]})  # fmt: skip
     return found
 
 
