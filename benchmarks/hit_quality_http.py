@@ -13,7 +13,8 @@ The upstream is the stand-in (``semcache.testing``), a real HTTP server, told tw
 
 Modes: ``verify`` (the defaults: ``verify: sync``), ``off`` (``SEMCACHE_VERIFY=off``), and
 ``off-boilerplate`` (``off``, with answers that share most of their sentences across topics, as a
-support bot's do: the answers alone then say little about whether two questions are the same).
+support bot's templated answers do: six stock sentences around one that names two key words of the
+topic, so answers to different questions differ in a few words and read alike to an answer judge).
 
 A hit is wrong when the answer it served was written for another cluster. Possible hits are the
 requests whose cluster came earlier in the replay. Full answers beyond misses are the upstream's
@@ -50,7 +51,7 @@ import numpy as np
 
 from semcache.budget import wilson
 from semcache.evaluation.data import DEFAULT_SEED
-from semcache.evaluation.trace import ClusterUpstream
+from semcache.evaluation.trace import ClusterUpstream, cluster_facts
 from semcache.evaluation.verifier import ErringVerifier, looks_alike
 from semcache.testing.standin_upstream import StandinState, StandinUpstream
 from testkit.plots import pyplot
@@ -89,7 +90,7 @@ MODES = {
 }
 
 # Sentences a boilerplate-heavy upstream puts in every answer, whatever the topic: each answer says
-# most of them, in its own order, around one sentence about its topic.
+# most of them, in its own order, around one short sentence about its topic.
 _BOILERPLATE = (
     "Thanks for reaching out, this is a question we hear often and it is worth getting right.",
     "The exact details can depend on your account, your version and the settings you have chosen.",
@@ -113,6 +114,7 @@ class ModelLikeUpstream:
         self._words = ClusterUpstream(self.cluster_of, seed)
         self._boilerplate = boilerplate
         self._wording = random.Random(seed + 1)
+        self._stock_answers = 0
         self._similarity = similarity
         self.cluster_of_answer: dict[str, str] = {}
         self.prompt_of_answer: dict[str, str] = {}
@@ -129,14 +131,25 @@ class ModelLikeUpstream:
 
     def answer(self, prompt: str) -> str:
         with self._lock:
-            text = self._words.answer(prompt) if prompt in self.cluster_of else f"Answer to: {prompt}"
-            if self._boilerplate:
-                shared = self._wording.sample(_BOILERPLATE, _BOILERPLATE_SAID)
-                cut = self._wording.randint(1, len(shared) - 1)
-                text = " ".join([*shared[:cut], text, *shared[cut:]])
+            if prompt not in self.cluster_of:
+                text = f"Answer to: {prompt}"
+            elif self._boilerplate:
+                text = self._stock_answer(self.cluster_of[prompt])
+            else:
+                text = self._words.answer(prompt)
             self.cluster_of_answer[text] = self.cluster_of.get(prompt, "")
             self.prompt_of_answer[text] = prompt
             return text
+
+    def _stock_answer(self, cluster: str) -> str:
+        """Stock sentences around one short sentence of the topic's two key words: answers to
+        different topics differ in a few words, as a support bot's templated answers do."""
+        self._stock_answers += 1
+        first, second = cluster_facts(cluster)[:2]
+        shared = self._wording.sample(_BOILERPLATE, _BOILERPLATE_SAID)
+        cut = self._wording.randint(1, len(shared) - 1)
+        core = f"The key points are {first} and {second} (reference {self._stock_answers})."
+        return " ".join([*shared[:cut], core, *shared[cut:]])
 
     def judge(self, message: str) -> str:
         quoted = _QUOTED.findall(message)
