@@ -7,6 +7,7 @@ Examples:
     python -m benchmarks run --index-sizes 10000 100000 --requests 300
     python -m benchmarks run --skip index litellm --out /tmp/bench
     python -m benchmarks run --embedding-backend onnx-int8    # semcache and the floor on ONNX int8
+    python -m benchmarks run --only hit_quality               # hit quality over HTTP alone (opt-in part)
 
 It writes DIR/results.json, DIR/samples.json (every latency), DIR/summary.md (targets with
 PASS/MISS, tables) and DIR/latency.png, into benchmarks/results/<UTC timestamp>/ unless --out says
@@ -26,7 +27,7 @@ from pathlib import Path
 from semcache.settings import Settings
 
 from .quality_vs_gptcache import BenchmarkError, stderr
-from .suite import PARTS, ROOT, Options, parse_parts, run
+from .suite import OPT_IN_PARTS, PARTS, ROOT, Options, parse_parts, run
 
 BACKENDS = list(typing.get_args(Settings.model_fields["embedding_backend"].annotation))
 
@@ -72,6 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--index-threads", type=int, metavar="N", help="FAISS threads for builds (default: all cores)")
     sub.add_argument("--embed-rounds", type=int, metavar="N", help="passes over the prompts for the embedder floor")
     sub.add_argument("--skip", nargs="+", default=[], metavar="PART", help=f"leave out parts: {', '.join(PARTS)}")
+    sub.add_argument("--only", nargs="+", default=[], metavar="PART", help="run only these parts")
+    sub.add_argument(
+        "--with",
+        dest="also",
+        nargs="+",
+        default=[],
+        metavar="PART",
+        help=f"also run these parts, which run only when named: {', '.join(OPT_IN_PARTS)}",
+    )
+    sub.add_argument(
+        "--hit-quality-limit",
+        type=int,
+        metavar="N",
+        help="hit_quality: requests per trace (default 1000, --quick 40; 0: whole traces)",
+    )
     sub.add_argument(
         "--litellm-cache",
         choices=["local", "redis"],
@@ -118,8 +134,16 @@ def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser, argv
         parser.error("--upstream-delay-ms takes MIN MAX with 0 <= MIN <= MAX")
     try:
         options.skip = parse_parts(args.skip)
+        only = parse_parts(args.only)
+        options.chosen = (parse_parts(args.also) | only) & set(OPT_IN_PARTS)
     except ValueError as exc:
         parser.error(str(exc))
+    if only:
+        options.skip |= set(PARTS) - only
+    if args.hit_quality_limit is not None:
+        if args.hit_quality_limit < 0:
+            parser.error("--hit-quality-limit takes 0 or more")
+        options.hit_quality_limit = args.hit_quality_limit or None
     options.litellm_cache = args.litellm_cache
     options.semcache_env = _semcache_env(args, parser)
     options.command = "python -m benchmarks " + shlex.join(argv)

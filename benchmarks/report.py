@@ -14,6 +14,9 @@ from typing import Any
 
 from testkit.plots import pyplot
 
+from .hit_quality_http import TABLE_HEAD as HIT_QUALITY_HEAD
+from .hit_quality_http import table_rows as hit_quality_rows
+
 PASS, MISS, UNMEASURED = "PASS", "MISS", "not measured"
 
 
@@ -176,7 +179,18 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             at_least(gpt["semantic_hit_throughput_ratio"], 8),
             f"{gpt['semantic_hit_throughput_ratio']}×",
         ),
+        *_hit_quality_targets(results),
     ]
+
+
+def _hit_quality_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The hit_quality part's goals, when it ran: per trace and mode, each PASS, MISS or not measured."""
+    found = []
+    for run in (results.get("hit_quality") or {}).get("runs", []):
+        for goal in run["targets"]:
+            found.append({"target": f"hit quality over HTTP, {run['trace']} / {run['mode']}", "goal": goal["goal"],
+                          "value": None, "measured": goal["measured"], "status": goal["status"]})  # fmt: skip
+    return found
 
 
 # --- markdown -----------------------------------------------------------------------------------
@@ -199,6 +213,7 @@ def markdown(results: dict[str, Any]) -> str:
         _embedder_section(results),
         _comparison_section(results),
         _index_section(results),
+        _hit_quality_section(results),
         _notes_section(results),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
@@ -441,9 +456,29 @@ def _index_section(results: dict[str, Any]) -> str:
     return "## Vector index\n\n" + intro + "\n\n" + _table(head, rows)
 
 
+def _hit_quality_section(results: dict[str, Any]) -> str:
+    part = results.get("hit_quality")
+    if part is None:
+        return ""  # an opt-in part, not asked for
+    if not part.get("runs"):
+        return "## Hit quality over HTTP\n\n" + _why_not(part)
+    text = [
+        "## Hit quality over HTTP",
+        "",
+        f"`benchmarks.hit_quality_http`: each labelled trace ({part.get('limit') or 'every'} requests each) in "
+        "arrival order through a fresh `semcache serve` at its defaults, the upstream a labelled stand-in that "
+        "words each answer anew and errs in its verdicts like a model.",
+        "",
+        _table(HIT_QUALITY_HEAD, hit_quality_rows(part)),
+    ]
+    if part.get("plot"):
+        text += ["", f"![hit quality]({part['plot']})"]
+    return "\n".join(text)
+
+
 def _notes_section(results: dict[str, Any]) -> str:
     notes = list(results.get("notes", []))
-    for part in ("embedder", "semcache", "gptcache", "litellm", "index"):
+    for part in ("embedder", "semcache", "gptcache", "litellm", "index", "hit_quality"):
         if isinstance(results.get(part), dict) and "skipped" in results[part]:
             notes.append(f"{part}: skipped ({results[part]['skipped']})")
     if not notes:

@@ -30,7 +30,7 @@ from rich.progress import Progress
 
 from testkit.servers import SemcacheProcess, standin_process
 
-from . import report
+from . import hit_quality_http, report
 from .gptcache_speed import measure as measure_gptcache
 from .http_load import (
     HttpClient,
@@ -62,7 +62,9 @@ from .quality_vs_gptcache import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("embedder", "http", "gptcache", "litellm", "index")
+PARTS = ("embedder", "http", "gptcache", "litellm", "index", "hit_quality")
+# Parts that run only when named (--only or --with): they take long, and measure hit quality, not speed.
+OPT_IN_PARTS = ("hit_quality",)
 RESULT_KEYS = {"http": "semcache"}  # where a part's results go, when not under its own name
 ONNX_EXPORTS = ROOT / "benchmarks" / "results" / ".models"
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment values never written to the results
@@ -85,6 +87,8 @@ class Options:
     index_threads: int = 0  # FAISS threads for building; 0: every core
     embed_rounds: int = 3
     skip: set[str] = field(default_factory=set)
+    chosen: set[str] = field(default_factory=set)  # of OPT_IN_PARTS, the ones asked for
+    hit_quality_limit: int | None = hit_quality_http.DEFAULT_LIMIT  # requests per trace; None: whole traces
     build_venvs: bool = True  # False: use the GPTCache/LiteLLM venvs only if they are already built
     litellm_cache: CacheType = "local"
     semcache_env: dict[str, str] = field(default_factory=dict)
@@ -102,6 +106,7 @@ class Options:
             index_sizes=[2_000],
             index_queries=100,
             embed_rounds=1,
+            hit_quality_limit=40,
             build_venvs=False,
         )
 
@@ -159,10 +164,13 @@ def run(options: Options) -> dict[str, Any]:
         ("gptcache", part_gptcache),
         ("litellm", part_litellm),
         ("index", part_index),
+        ("hit_quality", part_hit_quality),
     ]
     with progress_bar() as progress:
         for name, part in parts:
             key = RESULT_KEYS.get(name, name)
+            if name in OPT_IN_PARTS and name not in options.chosen:
+                continue
             if name in options.skip:
                 state.results[key] = {"skipped": "--skip " + name}
                 continue
@@ -187,6 +195,7 @@ def meta(options: Options) -> dict[str, Any]:
     described = asdict(options)
     described["out"] = str(options.out)
     described["skip"] = sorted(options.skip)
+    described["chosen"] = sorted(options.chosen)
     described["semcache_env"] = {
         name: "<redacted>" if any(word in name for word in SECRET_WORDS) else value
         for name, value in options.semcache_env.items()
@@ -535,6 +544,27 @@ def part_index(state: Run, workload: Workload, progress: Progress) -> None:
         del vectors
         state.save()  # a million entries takes minutes: keep each size as it comes
     progress.remove_task(task)
+
+
+# --- hit quality over HTTP ----------------------------------------------------------------------
+
+
+def part_hit_quality(state: Run, workload: Workload, progress: Progress) -> None:
+    """benchmarks.hit_quality_http: both labelled traces, every mode, against fresh semcache processes."""
+    options = state.options
+    data = hit_quality_http.SHARED_DATA
+    missing = [name for name in hit_quality_http.TRACES.values() if not (data / name).is_file()]
+    if missing:
+        state.results["hit_quality"] = {"skipped": f"needs ../shared/data ({', '.join(missing)} absent)"}
+        return
+    task = progress.add_task("hit quality: replaying traces", total=None)
+    results = hit_quality_http.run(
+        list(hit_quality_http.TRACES), list(hit_quality_http.MODES), options.hit_quality_limit, options.out,
+        data=data, semcache_env=options.semcache_env, say=progress.console.print, command=options.command,
+    )  # fmt: skip
+    progress.remove_task(task)
+    state.results["hit_quality"] = {"limit": options.hit_quality_limit, "runs": results["runs"],
+                                    "plot": results.get("plot")}  # fmt: skip
 
 
 def parse_parts(values: list[str]) -> set[str]:

@@ -90,12 +90,20 @@ class ClusterUpstream:
     async def complete(
         self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
     ) -> dict[str, Any]:
+        answer = self.answer(body["messages"][-1]["content"])
+        return chat_completion(response_id=completion_id(), model=body["model"], content=answer, usage={})
+
+    def answer(self, prompt: str) -> str:
+        """A new answer to ``prompt``, about its cluster, remembered in ``cluster_of_answer``."""
         self.calls += 1
-        prompt = body["messages"][-1]["content"]
         cluster = self._cluster_of[prompt]
         answer = self._answer_about(cluster)
         self.cluster_of_answer[answer] = cluster
-        return chat_completion(response_id=completion_id(), model=body["model"], content=answer, usage={})
+        return answer
+
+    def topic(self, cluster: str) -> str:
+        """The question every answer about ``cluster`` restates: its first one."""
+        return self._topic[cluster]
 
     def _answer_about(self, cluster: str) -> str:
         opening, closing = self._wording.choice(_OPENINGS), self._wording.choice(_CLOSINGS)

@@ -188,6 +188,11 @@ class StandinState:
     answers: dict[str, str] = field(default_factory=dict)
     # What verifications answer: None judges the two questions (``verification_verdict``), else this word.
     verdict: str | None = None
+    # A model-like upstream for benchmarks: ``word_answer(prompt)`` words each answer not in ``answers``
+    # (called once per completion, so it may word each differently), and ``judge(message)`` answers
+    # each verification from its message, in place of ``verdict``.
+    word_answer: Callable[[str], str] | None = field(default=None, repr=False, compare=False)
+    judge: Callable[[str], str] | None = field(default=None, repr=False, compare=False)
     calls: list[dict[str, Any]] = field(default_factory=list)
     fault: Fault | None = None
     base_latency_s: float = 0.0
@@ -232,7 +237,15 @@ class StandinState:
         """The deterministic answer text for a last user message."""
         with self.lock:
             canned = self.answers.get(prompt)
-        return canned if canned is not None else f"Answer to: {prompt}"
+        if canned is not None:
+            return canned
+        return self.word_answer(prompt) if self.word_answer is not None else f"Answer to: {prompt}"
+
+    def verdict_for(self, message: str) -> str:
+        """What a verification whose user message is ``message`` answers."""
+        if self.judge is not None:
+            return self.judge(message)
+        return self.verdict if self.verdict is not None else verification_verdict(message)
 
     def take_fault(self, prompt: str) -> Fault | None:
         """Return (a copy of) the fault for this request and use up one ``times``."""
@@ -699,9 +712,10 @@ async def _chat_completions(state: StandinState, request: Request) -> Response:
     status = fault.sends_error_status
     if status is not None:
         return _error_response(status, _fault_message(fault, request, f"HTTP {status}"), retry_after=fault.retry_after)
-    answer = state.answer_for(prompt)
     if request.headers.get(VERIFICATION_HEADER, "").lower() == "true":
-        answer = state.verdict if state.verdict is not None else verification_verdict(prompt)
+        answer = state.verdict_for(prompt)
+    else:
+        answer = state.answer_for(prompt)
     reply = _build_reply(body, answer, fault)
     if body.get("stream"):
         # StreamingResponse itself notices disconnects; only watch for shutdown here.
