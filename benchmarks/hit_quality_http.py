@@ -49,7 +49,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from semcache.budget import wilson
+from semcache.decision.budget import wilson
 from semcache.evaluation.data import DEFAULT_SEED
 from semcache.evaluation.trace import ClusterUpstream, cluster_facts
 from semcache.evaluation.verifier import ErringVerifier, looks_alike

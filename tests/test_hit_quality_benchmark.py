@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import hit_quality_http
 from benchmarks.__main__ import build_parser, options_from
-from semcache.verification import VerificationCase, verification_messages
+from semcache.decision.verification import VerificationCase, verification_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_data]
 
