@@ -257,7 +257,9 @@ def part_http(state: Run, workload: Workload, progress: Progress) -> None:
         service = SemcacheProcess(
             data_dir=Path(data),
             upstream_url=upstream_url,
-            env=options.semcache_env,
+            # The speed parts time the hit path: exploring (a few hits answered from the upstream, to
+            # learn) is a cost in hits, which the hit-quality part reports, not a step of the path.
+            env={"SEMCACHE_EXPLORE_SHARE": "0", **options.semcache_env},
             log_path=options.out / "semcache.log",
         )
         try:
