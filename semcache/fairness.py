@@ -84,10 +84,10 @@ class FairRecency(Generic[V]):
         return None if namespace is None else self._by_namespace[namespace][value_id]
 
     def put(self, value_id: str, namespace: str, value: V) -> None:
-        self.pop(value_id)
         weight = self._weigh(value)
         if weight > self.max_weight:
             return  # heavier than all may be together: not kept at all
+        self.pop(value_id)
         values = self._by_namespace.setdefault(namespace, OrderedDict())
         values[value_id] = value
         self._namespace_of[value_id] = namespace
