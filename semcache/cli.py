@@ -77,7 +77,7 @@ def serve(
         typer.Option("--ttl-s", "--ttl", help="Default TTL in seconds, 0 = forever. (env SEMCACHE_TTL)"),
     ] = None,
     max_entries: Annotated[
-        int | None, typer.Option(help="Size bound, LRU eviction. (env SEMCACHE_MAX_ENTRIES)")
+        int | None, typer.Option(help="Size bound; the fullest namespace loses first. (env SEMCACHE_MAX_ENTRIES)")
     ] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any setting. (env SEMCACHE_CONFIG)")] = None,
     backend: Annotated[

@@ -168,7 +168,7 @@ class Maintenance:
         if self.budgets is not None and self.evidence_store is not None:
             await share_evidence(self.budgets, self.evidence_store)
         expired = await self.store.delete_expired(self.clock())
-        evicted = await self.store.evict_least_recently_used(self.max_entries)
+        evicted = await self.store.evict_fairly(self.max_entries)
         if expired or evicted:
             await asyncio.to_thread(self.index.remove, [r.id for r in expired + evicted])
         self.expired += len(expired)

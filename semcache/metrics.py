@@ -9,7 +9,6 @@ Every series is this replica's own: Prometheus adds replicas up itself (``sum by
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .fairness import NamespaceLabels
 from .index import IndexStats
 from .observer import Stage, UpstreamErrorKind
 from .stats import LATENCY_PATHS, LatencyPath, Outcome
@@ -29,9 +29,8 @@ REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 STEP_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 UPSTREAM_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-# Namespaces beyond the first ``max_namespaces`` share this label value ("(" is not allowed in a
-# namespace, so it cannot clash with one): clients choose namespaces, Prometheus pays per series.
-OTHER_NAMESPACES = "(other)"
+# Namespaces beyond the first ``max_namespaces`` share the label value OTHER_NAMESPACES: clients
+# choose namespaces, Prometheus pays per series.
 CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "open", "half_open")
 
 
@@ -55,9 +54,7 @@ class Metrics:
 
     def __init__(self, read: Callable[[], Readings] = Readings, *, max_namespaces: int = 100) -> None:
         self.registry = _Registry()
-        self._max_namespaces = max_namespaces
-        self._namespaces: set[str] = set()
-        self._lock = threading.Lock()
+        self._namespace = NamespaceLabels(max_namespaces)
         # Labelled children, kept at hand: ``labels()`` costs microseconds, on every request.
         self._request_children: dict[tuple[str, str, str], Counter] = {}
         self._saved_children: dict[str, tuple[Counter, Counter, Counter]] = {}
@@ -245,15 +242,6 @@ class Metrics:
     def exposition(self) -> tuple[bytes, str]:
         """The text format Prometheus scrapes, and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
-
-    def _namespace(self, namespace: str) -> str:
-        if namespace in self._namespaces:
-            return namespace
-        with self._lock:
-            if len(self._namespaces) < self._max_namespaces:
-                self._namespaces.add(namespace)
-                return namespace
-        return OTHER_NAMESPACES
 
 
 class _Registry(CollectorRegistry):

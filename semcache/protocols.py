@@ -61,7 +61,11 @@ class SweptStore(Protocol):
 
     async def delete_expired(self, now: float) -> list[RemovedEntry]: ...
 
-    async def evict_least_recently_used(self, keep: int) -> list[RemovedEntry]: ...
+    async def evict_fairly(self, keep: int) -> list[RemovedEntry]:
+        """Remove entries until ``keep`` remain, each from the namespace holding the most at the time,
+        its least recently used (``semcache.fairness.fair_cuts``): a namespace holding no more than
+        ``keep`` divided by the namespaces holding entries loses none."""
+        ...
 
 
 class IndexSource(Protocol):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
+
+from .fairness import FairRecency
 
 
 class _InNamespace(Protocol):
@@ -17,33 +18,18 @@ T = TypeVar("T", bound=_InNamespace)
 
 
 class RecentById(Generic[T]):
-    """The latest ``capacity`` values by id, older ones forgotten, weighing (``weigh``) no more than
-    ``max_weight`` together; each readable only from the namespace it was served in. Kept in
-    this process only."""
+    """The latest values by id, at most ``capacity`` of them weighing (``weigh``) at most
+    ``max_weight`` together; past either bound, the namespace holding the most of it forgets its
+    oldest, so that one client's traffic never pushes out another namespace's fair share. Each
+    value is readable only from the namespace it was served in. Kept in this process only."""
 
     def __init__(self, capacity: int, weigh: Callable[[T], int] = lambda _: 0, max_weight: int = 0) -> None:
-        self._capacity = capacity
-        self._weigh = weigh
-        self._max_weight = max_weight
-        self._weight = 0
-        self._values: OrderedDict[str, T] = OrderedDict()
+        self._values: FairRecency[T] = FairRecency(capacity, max_weight, weigh)
         self._lock = threading.Lock()
 
     def remember(self, value_id: str, value: T) -> None:
-        weight = self._weigh(value)
-        if weight > self._max_weight:
-            return  # heavier than all may be together: not kept at all
         with self._lock:
-            self._forget(value_id)
-            self._values[value_id] = value
-            self._weight += weight
-            while len(self._values) > self._capacity or self._weight > self._max_weight:
-                self._forget(next(iter(self._values)))
-
-    def _forget(self, value_id: str) -> None:
-        value = self._values.pop(value_id, None)
-        if value is not None:
-            self._weight -= self._weigh(value)
+            self._values.put(value_id, value.namespace, value)
 
     def get(self, value_id: str, namespace: str) -> T | None:
         with self._lock:
@@ -56,5 +42,10 @@ class RecentById(Generic[T]):
             value = self._values.get(value_id)
             if value is None or value.namespace != namespace:
                 return None
-            self._forget(value_id)
+            self._values.pop(value_id)
             return value
+
+    def held(self) -> tuple[int, int, int]:
+        """How many values, how much weight, and how many namespaces are held now."""
+        with self._lock:
+            return len(self._values), self._values.weight, self._values.namespaces()

@@ -249,7 +249,12 @@ class Settings(BaseSettings):
         "`ttl`: that name still works in a file or as a keyword, with a warning; `--ttl` and SEMCACHE_TTL are "
         "unchanged.",
     )
-    max_entries: int = Field(1_000_000, ge=1, description="Size bound; the least recently used entries go first.")
+    max_entries: int = Field(
+        1_000_000,
+        ge=1,
+        description="Size bound. Past it, the namespace holding the most entries loses its least recently used: a "
+        "namespace holding no more than max_entries over the namespaces holding entries loses none to another's load.",
+    )
     cache_embeddings: bool = Field(
         True,
         description="Cache POST /v1/embeddings per input (exact: the same input, model, dimensions and namespace "
@@ -433,6 +438,19 @@ class Settings(BaseSettings):
         False, description="Drop the oldest turns of a conversation that is over its model's limit, not a 400."
     )
     decisions_kept: int = Field(1000, ge=1, description="How many recent lookups GET /admin/decisions can show.")
+    remembered_responses_max: int = Field(
+        10_000,
+        ge=1,
+        description="Hits served as Responses that a later previous_response_id may go on from, kept in each "
+        "replica's memory. Past it, or past remembered_responses_max_chars, the namespace holding the most forgets "
+        "its oldest.",
+    )
+    remembered_responses_max_chars: int = Field(
+        64 * 1024 * 1024,
+        ge=1,
+        description="Most text, in characters, the remembered Responses hits hold together (their conversations and "
+        "answers).",
+    )
 
     # Reporting
     prices: dict[str, ModelPrice] = Field(
@@ -442,6 +460,11 @@ class Settings(BaseSettings):
     )
     metrics_max_namespaces: int = Field(
         100, ge=1, description="Namespaces that get their own /metrics series; the rest share '(other)'."
+    )
+    stats_max_namespaces: int = Field(
+        10_000,
+        ge=1,
+        description="Namespaces that get their own counters in /stats, per replica; the rest share '(other)'.",
     )
 
     @field_validator("guards", "passthrough_routes", mode="before")

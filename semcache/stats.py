@@ -15,6 +15,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, Literal
 
+from .fairness import NamespaceLabels
+
 Outcome = Literal["hit", "miss", "bypass", "error"]
 LatencyPath = Literal["exact_hit", "template_hit", "semantic_hit", "miss", "bypass", "error"]
 LATENCY_PATHS: tuple[LatencyPath, ...] = ("exact_hit", "template_hit", "semantic_hit", "miss", "bypass", "error")
@@ -30,7 +32,9 @@ class Stats:
     """The counters behind ``/stats``. An ``Observer`` (semcache.observer): the app hands one
     ``FanOut`` of it and the Prometheus metrics to every part, so each event is told once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_namespaces: int = 10_000) -> None:
+        # Clients choose namespaces: past this many, the rest are counted together as "(other)".
+        self._namespace = NamespaceLabels(max_namespaces)
         self._counts: Counter[str] = Counter()  # this process, since it started
         self._unshared: Counter[str] = Counter()  # not yet added to the shared store
         self.embed_batches = 0
@@ -53,6 +57,7 @@ class Stats:
 
     def request(self, namespace: str, outcome: Outcome, tier: str | None = None, route: str = "chat") -> None:
         counter = _OUTCOME_COUNTER[outcome]
+        namespace = self._namespace(namespace)
         names = ["requests", counter, f"ns:{namespace}:requests", f"ns:{namespace}:{counter}"]
         names += [f"route:{route}:requests", f"route:{route}:{counter}"]
         if tier is not None:
@@ -64,11 +69,13 @@ class Stats:
 
     def feedback(self, namespace: str, correct: bool) -> None:
         verdict = "reported_correct" if correct else "reported_wrong"
+        namespace = self._namespace(namespace)
         self._add(verdict, f"ns:{namespace}:{verdict}")
 
     def saved(self, namespace: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None) -> None:
         """A request answered without calling the upstream: the tokens it would have cost, and
         their price (None when the model has no price)."""
+        namespace = self._namespace(namespace)
         amounts = {
             "saved_prompt_tokens": prompt_tokens,
             "saved_completion_tokens": completion_tokens,
@@ -113,6 +120,7 @@ class Stats:
         completion_tokens: int,
         cost_usd: float | None,
     ) -> None:
+        namespace = self._namespace(namespace)
         amounts = {f"verify:{verdict}": 1, f"ns:{namespace}:verify_{verdict}": 1,
                    "verify:milliseconds": round(seconds * 1000), "verify:prompt_tokens": prompt_tokens,
                    "verify:completion_tokens": completion_tokens}  # fmt: skip

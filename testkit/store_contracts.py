@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Protocol
 
 import numpy as np
 
-from semcache.protocols import EmbeddingStore
+from semcache.entries import CacheEntry, EntryQuery
+from semcache.protocols import AnswerStore, EmbeddingStore, OperatorStore, SweptStore
+
+
+class EntryStore(AnswerStore, SweptStore, OperatorStore, Protocol):
+    """What the fairness contract uses of a store."""
 
 
 def _vector(seed: int) -> bytes:
@@ -39,3 +45,68 @@ async def check_embedding_store(store: EmbeddingStore) -> None:
     assert await store.get_embeddings(["c", "d", "e"], later + 4) == {"c": c, "e": e}
     assert await store.evict_embeddings(2) == 0
     assert await store.count_embeddings() == 2
+
+
+def _entry(namespace: str, key: str, at: float) -> CacheEntry:
+    vector = np.frombuffer(_vector(len(key)), dtype=np.float32)
+    return CacheEntry(
+        namespace=namespace,
+        scope=f"scope-{namespace}",
+        exact_key=f"{namespace}/{key}",
+        model="gpt-4o-mini",
+        prompt=f"prompt {key}",
+        answer=f"answer {key}",
+        created_at=at,
+        expires_at=None,
+        last_access=at,
+        vector=vector / np.linalg.norm(vector),
+    )
+
+
+async def _held(store: EntryStore) -> dict[str, list[str]]:
+    """The exact keys each namespace holds, by namespace."""
+    held: dict[str, list[str]] = {}
+    async for batch in store.entries(EntryQuery()):
+        for found in batch:
+            held.setdefault(found.namespace, []).append(found.exact_key)
+    return {namespace: sorted(keys) for namespace, keys in held.items()}
+
+
+async def check_fair_eviction(store: EntryStore) -> None:
+    """The size bound takes from the namespace holding the most, its least recently used first:
+    a namespace within its fair share (the bound over the namespaces holding entries) loses
+    nothing, however old its entries; a replaced or deleted entry no longer counts."""
+    base = time.time() - 10_000
+    # The quiet namespace's entries are the oldest of all: a plain LRU would take them first.
+    quiet = [(await store.put(_entry("quiet", f"q{n}", base + n)))[0] for n in range(3)]
+    mid = [(await store.put(_entry("mid", f"m{n}", base + 100 + n)))[0] for n in range(4)]
+    loud = [(await store.put(_entry("loud", f"l{n:02d}", base + 200 + n)))[0] for n in range(20)]
+    await store.put(_entry("loud", "l05", base + 300))  # replaces l05: loud still holds 20
+    await store.touch({loud[0]: base + 400})  # loud's oldest was used last
+
+    removed = await store.evict_fairly(12)
+
+    assert len(removed) == 15 and not {r.id for r in removed} & {*quiet, *mid, loud[0]}
+    held = await _held(store)
+    assert held["quiet"] == ["quiet/q0", "quiet/q1", "quiet/q2"]
+    assert held["mid"] == [f"mid/m{n}" for n in range(4)]
+    assert held["loud"] == ["loud/l00", "loud/l05", "loud/l17", "loud/l18", "loud/l19"]
+    assert await store.evict_fairly(12) == []
+
+    # Two namespaces over their share end level: loud and a new one, mid within it.
+    for n in range(6):
+        await store.put(_entry("busy", f"b{n}", base + 500 + n))
+    await store.delete(quiet)  # deleted: quiet holds nothing, and no longer counts
+    removed = await store.evict_fairly(12)  # loud 5, busy 6, mid 4: three over 12 / 3 each
+    held = await _held(store)
+    assert {namespace: len(keys) for namespace, keys in held.items()} == {"mid": 4, "loud": 4, "busy": 4}
+    assert held["busy"] == ["busy/b2", "busy/b3", "busy/b4", "busy/b5"]
+    assert len(removed) == 3 and await store.count() == 12
+
+    # One namespace alone may fill the bound; a newcomer then takes its share from it.
+    for n in range(30):
+        await store.put(_entry("alone", f"a{n:02d}", base + 600 + n))
+    await store.evict_fairly(12)
+    held = await _held(store)
+    assert {namespace: len(keys) for namespace, keys in held.items()} == {"mid": 3, "loud": 3, "busy": 3, "alone": 3}
+    assert held["alone"] == ["alone/a27", "alone/a28", "alone/a29"]

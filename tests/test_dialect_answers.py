@@ -80,6 +80,26 @@ def test_the_hits_remembered_stay_within_their_count_and_their_text() -> None:
     assert issued.get("big", "other") is None
 
 
+def test_the_hits_remembered_are_shared_fairly_between_namespaces() -> None:
+    """Past either bound, the namespace holding the most of it forgets its oldest."""
+    issued = IssuedResponses(capacity=10, max_chars=1000)
+
+    def hit(namespace: str, chars: int) -> IssuedResponse:
+        return IssuedResponse(namespace, None, [], "a" * chars)
+
+    for number in range(3):
+        issued.remember(f"mine{number}", hit("mine", 10))
+    for number in range(50):  # many small ones: the count bound
+        issued.remember(f"flood{number}", hit("flood", 1))
+    assert all(issued.get(f"mine{n}", "mine") is not None for n in range(3))
+    assert issued.get("flood49", "flood") is not None and issued.get("flood42", "flood") is None  # 7 kept
+    for number in range(20):  # large ones: the weight bound
+        issued.remember(f"heavy{number}", hit("heavy", 400))
+    assert all(issued.get(f"mine{n}", "mine") is not None for n in range(3))
+    assert issued.get("heavy19", "heavy") is not None and issued.get("heavy17", "heavy") is None
+    assert issued.held()[1] <= 1000 and issued.held()[0] <= 10
+
+
 def test_a_legacy_hits_usage_counts_its_prompt_as_plain_text(tmp_path: Path) -> None:
     tokens = TokenCounter(tmp_path)
     dialect = CompletionsDialect({"model": "gpt-3.5-turbo-instruct", "prompt": "Write a haiku about the sea."})

@@ -29,7 +29,7 @@ class TouchStore:
         self.expired_at.append(now)
         return []
 
-    async def evict_least_recently_used(self, keep: int) -> list[RemovedEntry]:
+    async def evict_fairly(self, keep: int) -> list[RemovedEntry]:
         return []
 
 

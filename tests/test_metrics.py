@@ -19,8 +19,9 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from semcache.fairness import OTHER_NAMESPACES
 from semcache.index import IndexStats
-from semcache.metrics import OTHER_NAMESPACES, Metrics, Readings
+from semcache.metrics import Metrics, Readings
 from semcache.server import create_app
 from semcache.settings import Settings
 from semcache.testing.standin_upstream import StandinUpstream

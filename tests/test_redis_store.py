@@ -17,7 +17,7 @@ from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback
 from semcache.errors import StoreUnavailable
 from semcache.stores.redis import RedisStore
 from testkit.redis_server import RedisServer
-from testkit.store_contracts import check_embedding_store
+from testkit.store_contracts import check_embedding_store, check_fair_eviction
 
 
 def entry(exact_key: str, *, scope: str = "scope-a", expires_at: float | None = None, seed: int = 0) -> CacheEntry:
@@ -99,7 +99,7 @@ async def test_entries_expire_natively_and_the_sweep_tells_the_feed(
 async def test_size_bound_evicts_the_least_recently_used(store: RedisStore) -> None:
     ids = [(await store.put(entry(f"k{n}")))[0] for n in range(5)]
     await store.touch({ids[0]: time.time() + 10, ids[1]: time.time() + 11})
-    removed = await store.evict_least_recently_used(keep=2)
+    removed = await store.evict_fairly(keep=2)
     assert sorted(r.id for r in removed) == sorted(ids[2:])
     assert await store.stored_ids() == {ids[0], ids[1]}
     assert (await store.get(ids[0])).hits == 1  # type: ignore[union-attr]
@@ -237,3 +237,29 @@ async def test_embeddings_expire_natively(store: RedisStore) -> None:
     now = time.time()
     await store.put_embeddings({"k": b"\x00\x00\x80?"}, now, now + 60)
     assert 0 < await store._redis.pttl(store.key("emb", "k")) <= 60_000
+
+
+async def test_the_size_bound_takes_from_the_namespace_holding_the_most(store: RedisStore) -> None:
+    await check_fair_eviction(store)
+
+
+async def test_entries_stored_before_namespaces_were_counted_are_counted_at_start(
+    store: RedisStore, redis_server: RedisServer
+) -> None:
+    quiet = [(await store.put(replace(entry(f"q{n}"), namespace="quiet", last_access=1000.0 + n)))[0] for n in range(2)]
+    loud = [(await store.put(replace(entry(f"l{n}"), namespace="loud", last_access=2000.0 + n)))[0] for n in range(6)]
+    # The layout a version before fair eviction left: no per-namespace recency, nothing counted.
+    raw = store._redis
+    await raw.delete(
+        store.key("entry_ns"), store.key("ns_sizes"), store.key("lru_ns", "quiet"), store.key("lru_ns", "loud")
+    )
+    await raw.hdel(store.key("meta"), "namespaces_counted")
+
+    reopened = RedisStore(redis_server.url, prefix=store.prefix.strip("{}"), feed_max_len=1000)
+    try:
+        await reopened.open_cache("hashing-8", 8)
+        removed = await reopened.evict_fairly(4)
+        assert sorted(r.id for r in removed) == loud[:4]
+        assert await reopened.stored_ids() == {*quiet, *loud[4:]}
+    finally:
+        await reopened.close()

@@ -14,7 +14,7 @@ import pytest
 from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback, RemovedEntry
 from semcache.stores import SQLiteStore
 from semcache.stores.sqlite import MIGRATIONS, PointReads
-from testkit.store_contracts import check_embedding_store
+from testkit.store_contracts import check_embedding_store, check_fair_eviction
 
 
 def entry(
@@ -133,11 +133,11 @@ async def test_delete_expired_returns_exactly_the_expired(store: SQLiteStore) ->
     assert await store.delete_expired(now=200.0) == []
 
 
-async def test_evict_least_recently_used_keeps_the_recently_touched(store: SQLiteStore) -> None:
+async def test_evict_fairly_keeps_the_recently_touched(store: SQLiteStore) -> None:
     ids = [(await store.put(entry(f"k{i}", created_at=1000.0 + i)))[0] for i in range(5)]
     await store.touch({ids[0]: 5000.0, ids[1]: 5001.0})  # the two oldest were used most recently
 
-    removed = await store.evict_least_recently_used(keep=3)
+    removed = await store.evict_fairly(keep=3)
 
     assert sorted(r.id for r in removed) == [ids[2], ids[3]]
     assert await store.count() == 3
@@ -148,7 +148,7 @@ async def test_evict_least_recently_used_keeps_the_recently_touched(store: SQLit
 async def test_evict_does_nothing_under_the_bound(store: SQLiteStore) -> None:
     for i in range(3):
         await store.put(entry(f"k{i}"))
-    assert await store.evict_least_recently_used(keep=10) == []
+    assert await store.evict_fairly(keep=10) == []
     assert await store.count() == 3
 
 
@@ -301,7 +301,7 @@ async def test_every_write_is_seen_by_the_next_point_read(store: SQLiteStore) ->
 
     evicted, _ = await store.put(entry("k3"))
     await read(evicted, "k3")
-    await store.evict_least_recently_used(keep=0)
+    await store.evict_fairly(keep=0)
     assert await read(evicted, "k3") == (None, None)
 
     assert await store.get_by_exact_key("k4") is None  # kept as missing, until a write adds it
@@ -343,3 +343,7 @@ async def test_embeddings_survive_a_reopen(tmp_path: Path) -> None:
     await second.open()
     assert await second.get_embeddings(["k"], 2.0) == {"k": b"\x00\x00\x80?"}
     await second.close()
+
+
+async def test_the_size_bound_takes_from_the_namespace_holding_the_most(store: SQLiteStore) -> None:
+    await check_fair_eviction(store)

@@ -193,8 +193,9 @@ class ErrorBudgets:
             line = self._lines.get(key)
             if line is None:
                 evidence = self._evidence.get((namespace, language))
-                line = self._learned_line(evidence, rule) if evidence is not None else rule.starting_line
-                self._lines[key] = line
+                if evidence is None:  # not kept: only budgets with evidence (at most MAX_BUDGETS) are
+                    return rule.starting_line
+                line = self._lines[key] = self._learned_line(evidence, rule)
             return line
 
     def note_request(self, namespace: str) -> None:

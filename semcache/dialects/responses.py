@@ -42,11 +42,6 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 _ROLES = ("user", "assistant", "system", "developer")
 
 
-# The most text the remembered hits hold together, in characters: a conversation is up to
-# max_prompt_chars long, and the latest hits are kept, not every one.
-_MAX_ISSUED_CHARS = 64 * 1024 * 1024
-
-
 @dataclass(frozen=True)
 class IssuedResponse:
     namespace: str
@@ -59,10 +54,12 @@ class IssuedResponse:
 
 
 class IssuedResponses(RecentById[IssuedResponse]):
-    """The most recent ``capacity`` hits served as Responses, by id: what a later
-    ``previous_response_id`` naming one goes on from. Kept in this process only."""
+    """The most recent hits served as Responses, by id: what a later ``previous_response_id`` naming
+    one goes on from. At most ``capacity`` of them, holding at most ``max_chars`` of text together
+    (a conversation is up to max_prompt_chars long); past either, the namespace holding the most
+    forgets its oldest. Kept in this process only."""
 
-    def __init__(self, capacity: int = 10_000, max_chars: int = _MAX_ISSUED_CHARS) -> None:
+    def __init__(self, capacity: int = 10_000, max_chars: int = 64 * 1024 * 1024) -> None:
         super().__init__(capacity, weigh=IssuedResponse.chars, max_weight=max_chars)
 
 

@@ -113,7 +113,10 @@ def create_app(
         scrub = SecretScrubber([*settings.secrets(), *access.keys])
         state = AppState(
             settings=settings, upstream=upstream or _remote_upstream(settings, metrics, redact, scrub), access=access,
-            rate_limiter=limiter, metrics=metrics,
+            rate_limiter=limiter, metrics=metrics, stats=Stats(max_namespaces=settings.stats_max_namespaces),
+            issued_responses=IssuedResponses(
+                settings.remembered_responses_max, settings.remembered_responses_max_chars
+            ),
         )  # fmt: skip
         app.state.semcache = state
         if isinstance(state.upstream, ResilientUpstream) and isinstance(state.upstream.inner, RemoteUpstream):

@@ -11,6 +11,10 @@ tag ``{P}``, so one cache lives in one Redis Cluster slot and the Lua scripts ma
     {P}:entry:<id>        hash    one entry; expires natively at its TTL
     {P}:exact:<key>       string  exact key -> entry id; expires with its entry
     {P}:lru               zset    entry id by last access, for the size bound
+    {P}:lru_ns:<ns>       zset    a namespace's entry ids by last access: the size bound takes from the
+                                  namespace holding the most (semcache.fairness)
+    {P}:ns_sizes          zset    namespace -> how many entries it holds
+    {P}:entry_ns          hash    entry id -> its namespace, also once its hash expired natively
     {P}:expiry            zset    entry id by expiry time, so expiries reach the feed
     {P}:neg:<id>          list    negative feedback on an entry (JSON)
     {P}:neg_ids           set     entries that have negative feedback
@@ -74,6 +78,13 @@ local function drop(id)
   redis.call('SREM', P .. ':neg_ids', id)
   redis.call('ZREM', P .. ':lru', id)
   redis.call('ZREM', P .. ':expiry', id)
+  local ns = redis.call('HGET', P .. ':entry_ns', id)
+  if ns then
+    redis.call('HDEL', P .. ':entry_ns', id)
+    redis.call('ZREM', P .. ':lru_ns:' .. ns, id)
+    local left = redis.call('ZCARD', P .. ':lru_ns:' .. ns)
+    if left > 0 then redis.call('ZADD', P .. ':ns_sizes', left, ns) else redis.call('ZREM', P .. ':ns_sizes', ns) end
+  end
   return fields[2] or ''
 end
 local function publish(...)
@@ -91,7 +102,7 @@ local function drop_all(ids, origin)
 end
 """
 
-# ARGV: P, maxlen, origin, exact_key, expires_at_ms or '', last_access, field, value, ...
+# ARGV: P, maxlen, origin, exact_key, expires_at_ms or '', last_access, namespace, field, value, ...
 _LUA_PUT = (
     _LUA_DROP
     + """
@@ -101,7 +112,7 @@ local old = redis.call('GET', exkey)
 local replaced = {}
 if old then replaced = {old, drop(old)} end
 local ekey = P .. ':entry:' .. id
-redis.call('HSET', ekey, unpack(ARGV, 7))
+redis.call('HSET', ekey, unpack(ARGV, 8))
 redis.call('SET', exkey, id)
 if ARGV[5] ~= '' then
   redis.call('PEXPIREAT', ekey, ARGV[5])
@@ -109,6 +120,10 @@ if ARGV[5] ~= '' then
   redis.call('ZADD', P .. ':expiry', tonumber(ARGV[5]) / 1000, id)
 end
 redis.call('ZADD', P .. ':lru', ARGV[6], id)
+local ns = ARGV[7]
+redis.call('HSET', P .. ':entry_ns', id, ns)
+redis.call('ZADD', P .. ':lru_ns:' .. ns, ARGV[6], id)
+redis.call('ZADD', P .. ':ns_sizes', redis.call('ZCARD', P .. ':lru_ns:' .. ns), ns)
 if old then
   publish('op', 'put', 'id', id, 'replaced', old, 'origin', ARGV[3])
 else
@@ -140,15 +155,50 @@ return drop_all(redis.call('ZRANGEBYSCORE', P .. ':expiry', '-inf', ARGV[4], 'LI
 """
 )
 
-# ARGV: P, maxlen, origin, keep, limit
+# ARGV: P, maxlen, origin, keep, limit. One at a time, the least recently used entry of the
+# namespace holding the most; entries stored before namespaces were counted go first, oldest first.
 _LUA_EVICT = (
     _LUA_DROP
     + """
 local surplus = math.min(redis.call('ZCARD', P .. ':lru') - tonumber(ARGV[4]), tonumber(ARGV[5]))
-if surplus <= 0 then return {} end
-return drop_all(redis.call('ZRANGE', P .. ':lru', 0, surplus - 1), ARGV[3])
+local out, ids = {}, {}
+while #ids < surplus do
+  local id = nil
+  if redis.call('ZCARD', P .. ':lru') > redis.call('HLEN', P .. ':entry_ns') then
+    id = redis.call('ZRANGE', P .. ':lru', 0, 0)[1]
+  else
+    local top = redis.call('ZREVRANGE', P .. ':ns_sizes', 0, 0)[1]
+    if not top then break end
+    id = redis.call('ZRANGE', P .. ':lru_ns:' .. top, 0, 0)[1]
+    if not id then redis.call('ZREM', P .. ':ns_sizes', top) end
+  end
+  if id then
+    table.insert(ids, id)
+    table.insert(out, id)
+    table.insert(out, drop(id))
+  end
+end
+if #ids > 0 then publish('op', 'del', 'ids', table.concat(ids, ','), 'origin', ARGV[3]) end
+return out
 """
 )
+
+# Counts entries stored before namespaces were counted. ARGV: P, then id and namespace, two by two.
+_LUA_COUNT_NAMESPACES = """
+local P = ARGV[1]
+local counted = {}
+for i = 2, #ARGV, 2 do
+  local score = redis.call('ZSCORE', P .. ':lru', ARGV[i])
+  if score and redis.call('HSETNX', P .. ':entry_ns', ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('ZADD', P .. ':lru_ns:' .. ARGV[i + 1], score, ARGV[i])
+    counted[ARGV[i + 1]] = true
+  end
+end
+for ns in pairs(counted) do
+  redis.call('ZADD', P .. ':ns_sizes', redis.call('ZCARD', P .. ':lru_ns:' .. ns), ns)
+end
+return 0
+"""
 
 # ARGV: P, id, at, id, at, ...  Only live entries are touched: a hit racing a delete must not
 # bring a half-entry back.
@@ -159,6 +209,8 @@ for i = 2, #ARGV, 2 do
   if redis.call('EXISTS', ekey) == 1 then
     redis.call('HINCRBY', ekey, 'hits', 1)
     redis.call('ZADD', P .. ':lru', 'XX', 'GT', ARGV[i + 1], ARGV[i])
+    local ns = redis.call('HGET', P .. ':entry_ns', ARGV[i])
+    if ns then redis.call('ZADD', P .. ':lru_ns:' .. ns, 'XX', 'GT', ARGV[i + 1], ARGV[i]) end
   end
 end
 return 0
@@ -314,6 +366,7 @@ class RedisStore:
         self._delete = self._redis.register_script(_LUA_DELETE)
         self._expire = self._redis.register_script(_LUA_EXPIRE)
         self._evict = self._redis.register_script(_LUA_EVICT)
+        self._count_namespaces = self._redis.register_script(_LUA_COUNT_NAMESPACES)
         self._touch = self._redis.register_script(_LUA_TOUCH)
         self._get_exact = self._redis.register_script(_LUA_GET_EXACT)
         self._negative = self._redis.register_script(_LUA_NEGATIVE)
@@ -377,7 +430,32 @@ class RedisStore:
                 )
             return str(cache_id.decode())
 
-        return await self._call(join)
+        cache_id = await self._call(join)
+        if not await self._call(lambda: self._redis.hexists(self.key("meta"), "namespaces_counted")):
+            await self._count_stored_namespaces()
+        return cache_id
+
+    async def _count_stored_namespaces(self) -> None:
+        """Give the entries stored by a version that did not count namespaces their place in the
+        per-namespace recency sets, in pages; an entry already counted stays as it is."""
+        ids = sorted(await self.stored_ids())
+        for start in range(0, len(ids), _SCRIPT_BATCH):
+            chunk = ids[start : start + _SCRIPT_BATCH]
+
+            async def count(c: list[int] = chunk) -> None:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for entry_id in c:
+                        pipe.hget(self.key("entry", entry_id), "namespace")
+                    namespaces = await pipe.execute()
+                args: list[Any] = [self.prefix]
+                for entry_id, namespace in zip(c, namespaces, strict=True):
+                    if namespace is not None:
+                        args += [entry_id, namespace]
+                if len(args) > 1:
+                    await self._count_namespaces(args=args)
+
+            await self._call(count)
+        await self._call(lambda: self._redis.hset(self.key("meta"), "namespaces_counted", "1"))
 
     async def cache_id(self) -> str | None:
         value = await self._call(lambda: self._redis.hget(self.key("meta"), "cache_id"))
@@ -411,7 +489,10 @@ class RedisStore:
         for name, value in _entry_fields(entry).items():
             fields += [name, value]
         last_access = entry.last_access or entry.created_at
-        return [self.prefix, self.feed_max_len, self.origin, entry.exact_key, expires_ms, last_access, *fields]
+        return [
+            self.prefix, self.feed_max_len, self.origin, entry.exact_key, expires_ms, last_access, entry.namespace,
+            *fields,
+        ]  # fmt: skip
 
     async def get(self, entry_id: int) -> CacheEntry | None:
         fields = await self._call(lambda: self._redis.hgetall(self.key("entry", entry_id)))
@@ -435,7 +516,7 @@ class RedisStore:
     async def delete_expired(self, now: float) -> list[RemovedEntry]:
         return await self._drop_in_batches(lambda: self._expire(args=self._args(now, _SCRIPT_BATCH)))
 
-    async def evict_least_recently_used(self, keep: int) -> list[RemovedEntry]:
+    async def evict_fairly(self, keep: int) -> list[RemovedEntry]:
         return await self._drop_in_batches(lambda: self._evict(args=self._args(keep, _SCRIPT_BATCH)))
 
     async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]:

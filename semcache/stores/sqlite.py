@@ -26,6 +26,7 @@ import numpy as np
 
 from ..entries import CacheEntry, EntryQuery, NegativeFeedback, RemovedEntry, contains_text
 from ..errors import StoreUnavailable
+from ..fairness import fair_cuts
 
 T = TypeVar("T")
 
@@ -112,6 +113,26 @@ def _m006_embeddings(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX embeddings_last_use ON embeddings(last_use)")
 
 
+def _m007_namespace_sizes(db: sqlite3.Connection) -> None:
+    # The size bound takes from the namespace holding the most (semcache.fairness): how many each
+    # holds, kept by triggers, and each namespace's entries by recency.
+    db.execute("CREATE INDEX entries_namespace_recency ON entries(namespace, last_access)")
+    db.execute("CREATE TABLE namespace_sizes (namespace TEXT PRIMARY KEY, entries INTEGER NOT NULL) WITHOUT ROWID")
+    db.execute("INSERT INTO namespace_sizes SELECT namespace, count(*) FROM entries GROUP BY namespace")
+    db.execute(
+        """CREATE TRIGGER entries_counted AFTER INSERT ON entries BEGIN
+            INSERT INTO namespace_sizes VALUES (new.namespace, 1)
+                ON CONFLICT (namespace) DO UPDATE SET entries = entries + 1;
+        END"""
+    )
+    db.execute(
+        """CREATE TRIGGER entries_uncounted AFTER DELETE ON entries BEGIN
+            UPDATE namespace_sizes SET entries = entries - 1 WHERE namespace = old.namespace;
+            DELETE FROM namespace_sizes WHERE namespace = old.namespace AND entries <= 0;
+        END"""
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _m001_entries,
     _m002_feedback_and_namespace_config,
@@ -119,6 +140,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _m004_namespace_index,
     _m005_evidence,
     _m006_embeddings,
+    _m007_namespace_sizes,
 ]
 
 
@@ -335,13 +357,24 @@ class SQLiteStore:
             self._delete_returning, "DELETE FROM entries WHERE expires_at <= ? RETURNING id, scope", (now,)
         )
 
-    async def evict_least_recently_used(self, keep: int) -> list[RemovedEntry]:
-        return await self._call(
-            self._delete_returning,
-            "DELETE FROM entries WHERE id IN (SELECT id FROM entries ORDER BY last_access ASC, id ASC "
-            "LIMIT max((SELECT count(*) FROM entries) - ?, 0)) RETURNING id, scope",
-            (keep,),
-        )
+    async def evict_fairly(self, keep: int) -> list[RemovedEntry]:
+        return await self._call(self._evict_fairly, keep)
+
+    def _evict_fairly(self, keep: int) -> list[RemovedEntry]:
+        sizes = dict(self.db.execute("SELECT namespace, entries FROM namespace_sizes").fetchall())
+        cuts = fair_cuts(sizes, keep)
+        if not cuts:
+            return []
+        removed: list[RemovedEntry] = []
+        with self._writing():
+            for namespace, cut in cuts.items():
+                rows = self.db.execute(
+                    "DELETE FROM entries WHERE id IN (SELECT id FROM entries WHERE namespace = ? "
+                    "ORDER BY last_access ASC, id ASC LIMIT ?) RETURNING id, scope",
+                    (namespace, cut),
+                )
+                removed += [RemovedEntry(row[0], row[1]) for row in rows]
+        return removed
 
     async def delete(self, entry_ids: Iterable[int]) -> list[RemovedEntry]:
         ids = list(entry_ids)
