@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import random
 
-from semcache.budget import MAX_BUDGETS, BudgetRule, ErrorBudgets
-
+from semcache.decision.budget import MAX_BUDGETS, BudgetRule, ErrorBudgets
 from semcache.fairness import OTHER_NAMESPACES, BoundedLru, FairRecency, NamespaceLabels, fair_cuts
 from semcache.limits import RateLimiter
 from semcache.metrics import Metrics
