@@ -69,6 +69,7 @@ _STOPWORDS = frozenset(
 )
 _TOKEN = re.compile(r"[^\W_]+(?:[.,'’][^\W_]+)*", re.UNICODE)
 _CONTRACTED_NOT = re.compile(r"n['’]t\b")
+_SENTENCE_MARK = re.compile(r"[.?!:]")
 # Superscripts and subscripts written out before NFKC, which would read "2³" as "23" and "H₂" as "H2".
 _SCRIPT_FORMS = str.maketrans(
     {ch: "^" + unicodedata.normalize("NFKC", ch) for ch in "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁱⁿ"}
@@ -89,12 +90,19 @@ class _Text:
     tokens: list[str]  # lower-cased, in order
     cased: list[str]  # original case, in order
     original: str  # as sent: the ``literals`` guard reads case, layout and every mark
+    # Per token: whether a sentence mark (".?!:") stands between it and the token before it.
+    after_mark: list[bool]
 
     @classmethod
     def of(cls, text: str) -> _Text:
         normal = unicodedata.normalize("NFKC", text.translate(_SCRIPT_FORMS)).replace('""', '"')
-        cased = _TOKEN.findall(_CONTRACTED_NOT.sub(" not", normal))
-        return cls(normal, [t.lower() for t in cased], cased, text)
+        spelled = _CONTRACTED_NOT.sub(" not", normal)
+        cased, after_mark, end = [], [], 0
+        for match in _TOKEN.finditer(spelled):
+            cased.append(match.group())
+            after_mark.append(_SENTENCE_MARK.search(spelled, end, match.start()) is not None)
+            end = match.end()
+        return cls(normal, [t.lower() for t in cased], cased, text, after_mark)
 
 
 def _numbers(text: _Text) -> set[str]:
@@ -141,17 +149,10 @@ def _entities(text: _Text) -> list[str]:
             continue
         mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
         acronym = len(word) >= 2 and word.isupper()
-        capitalised = position > 0 and word[:1].isupper() and not _after_sentence_end(text, position)
+        capitalised = position > 0 and word[:1].isupper() and not text.after_mark[position]
         if mixed or acronym or capitalised:
             found.append(lower)
     return found
-
-
-def _after_sentence_end(text: _Text, position: int) -> bool:
-    previous = text.cased[position - 1]
-    index = text.raw.find(text.cased[position], text.raw.find(previous))
-    between = text.raw[text.raw.find(previous) + len(previous) : index] if index >= 0 else ""
-    return any(mark in between for mark in ".?!:")
 
 
 def named_entities(text: str) -> list[str]:
@@ -172,16 +173,29 @@ def order(query: _Text, cached: _Text) -> GuardResult:
     """Swapped roles: two words shared by both sides appear in opposite order."""
     left = _content_positions(query)
     right = _content_positions(cached)
-    shared = [w for w in left if w in right]
-    same_words = set(left) == set(right)
-    names = set(_entities(query)) | set(_entities(cached))
-    for i, first in enumerate(shared):
-        for second in shared[i + 1 :]:
-            if (left[first] < left[second]) == (right[first] < right[second]):
-                continue
-            if same_words or (first in names and second in names):
-                return GuardResult("order", False, f"{first!r} and {second!r} swap places")
-    return GuardResult("order", True)
+    shared = [w for w in left if w in right]  # in the query's order
+    if set(left) != set(right):  # only names count: the other words may have moved with the wording
+        names = set(_entities(query)) | set(_entities(cached))
+        shared = [w for w in shared if w in names]
+    swapped = _first_swap([right[w] for w in shared])
+    if swapped is None:
+        return GuardResult("order", True)
+    first, second = swapped
+    return GuardResult("order", False, f"{shared[first]!r} and {shared[second]!r} swap places")
+
+
+def _first_swap(positions: list[int]) -> tuple[int, int] | None:
+    """The first ``i`` (then the first ``j`` after it) whose position is greater than a later
+    one's, or None when they ascend: one pass from the end and one scan, never every pair."""
+    lowest_after: list[int] = [0] * len(positions)
+    lowest = None
+    for i in range(len(positions) - 1, -1, -1):
+        lowest_after[i] = lowest if lowest is not None else positions[i]
+        lowest = positions[i] if lowest is None else min(lowest, positions[i])
+    for i, position in enumerate(positions[:-1]):
+        if lowest_after[i] < position:
+            return i, next(j for j in range(i + 1, len(positions)) if positions[j] < position)
+    return None
 
 
 def _content_positions(text: _Text) -> dict[str, int]:
@@ -205,8 +219,7 @@ def roles(query: _Text, cached: _Text) -> GuardResult:
     return GuardResult("roles", False, f"{first!r} and {second!r} swap sides of {marker!r}")
 
 
-# A fenced code block, and an inline code span.
-_FENCED = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+# An inline code span.
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 # Marks that make a word code or math rather than prose: "C++", "x^2", "a_b", "!=", "<div>".
 _CODE_MARKS = re.compile(
@@ -246,12 +259,30 @@ def _literal_words(text: str) -> list[str]:
 def _code_layout(text: str) -> list[str]:
     """Code whose every character counts: fenced blocks, and, in text with indented lines, every
     line that is not a question about it, with its indentation; then inline spans, in any order."""
-    code = [line.rstrip() for block in _FENCED.findall(text) for line in block.splitlines() if line.strip()]
-    prose = _FENCED.sub("", text)
+    blocks, prose = _fenced_blocks(text)
+    code = [line.rstrip() for block in blocks for line in block.splitlines() if line.strip()]
     lines = [line.rstrip() for line in prose.splitlines() if line.strip()]
     if len(lines) > 1 and any(line[:1] in (" ", "\t") for line in lines):
         code += [line for line in lines if not line.endswith("?")]
     return code + sorted(_INLINE_CODE.findall(prose))
+
+
+def _fenced_blocks(text: str) -> tuple[list[str], str]:
+    """The fenced code blocks of ``text`` (what follows a line that opens with three backticks, up
+    to the next three or the end) and the text around them. Read in one pass: a line of backticks
+    with no line break after them is prose, found once and not again from each of its backticks."""
+    blocks, prose, at = [], [], 0
+    while (fence := text.find("```", at)) >= 0:
+        line_end = text.find("\n", fence + 3)
+        if line_end < 0:
+            break  # no line break after this fence, nor after any later one: no more blocks
+        close = text.find("```", line_end + 1)
+        end = len(text) if close < 0 else close
+        blocks.append(text[line_end + 1 : end])
+        prose.append(text[at:fence])
+        at = len(text) if close < 0 else close + 3
+    prose.append(text[at:])
+    return blocks, "".join(prose)
 
 
 def literals(query: _Text, cached: _Text) -> GuardResult:
