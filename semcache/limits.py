@@ -56,19 +56,26 @@ def fit_context(
     """
     if limit is None:
         return request
-    messages = list(request.messages)
-    count = tokens.count_messages([m.model_dump(exclude_none=True) for m in messages], request.model)
+    messages = request.messages
+    # Each message is counted once; a dropped one's count is taken off the total.
+    counts = [tokens.count_message(m.model_dump(exclude_none=True), request.model) for m in messages]
+    count = tokens.count_messages([], request.model) + sum(counts)
+    kept = [True] * len(messages)
+    oldest, last = 0, len(messages) - 1
     while count > limit and trim_oldest_turns:
-        oldest = next((i for i, m in enumerate(messages[:-1]) if m.role not in ("system", "developer")), None)
-        if oldest is None:
+        while oldest < last and messages[oldest].role in ("system", "developer"):
+            oldest += 1  # the system prompt stays
+        if oldest >= last:
             break
-        del messages[oldest]
-        while oldest < len(messages) - 1 and messages[oldest].role == "tool":
-            del messages[oldest]  # tool results go with the assistant turn that called the tools
-        count = tokens.count_messages([m.model_dump(exclude_none=True) for m in messages], request.model)
+        kept[oldest], count, oldest = False, count - counts[oldest], oldest + 1
+        while oldest < last and messages[oldest].role == "tool":
+            # tool results go with the assistant turn that called the tools
+            kept[oldest], count, oldest = False, count - counts[oldest], oldest + 1
     if count > limit:
         raise InvalidRequest(
             f"the messages take {count} tokens, more than the {limit} allowed for model {request.model!r}",
             code="context_length_exceeded",
         )
-    return request if len(messages) == len(request.messages) else request.model_copy(update={"messages": messages})
+    if all(kept):
+        return request
+    return request.model_copy(update={"messages": [m for m, keep in zip(messages, kept, strict=True) if keep]})

@@ -61,8 +61,8 @@ _FEEDBACK_MARGIN = 0.005
 _MAX_LEADS = 3
 # A padded hit waits for hit_min_latency_ms times 1 to 1 + this: a spread, not a telltale spike.
 _PADDING_JITTER = 0.2
-# Texts longer than this are searched for instructions about the answer in a worker thread
-# (about a second per megabyte), so that the event loop never waits for them.
+# Texts longer than this are read (keys, guards, instructions about the answer, token counts
+# toward a context limit) in a worker thread, so that the event loop never waits for them.
 _INLINE_SCAN_CHARS = 4_000
 # Token counts of more text than this (prompt and answer together) are taken in a worker thread.
 _INLINE_COUNT_CHARS = 16_000
@@ -194,7 +194,8 @@ class Pipeline:
         headers = upstream_headers or {}
         # Only chat's own request can be trimmed: another API's goes upstream as the client sent it.
         trim = self.trim_oldest_turns and dialect.api == "chat"
-        request = fit_context(request, self.tokens, self.context_limits.get(request.model), trim)
+        fit = functools.partial(fit_context, request, self.tokens, self.context_limits.get(request.model), trim)
+        request = await _off_loop_if_long(fit, _text_chars(request))
         reason = live_data_reason(request) or await self._bypass_reason(request)
         per_user = self.policies.for_namespace(namespace).scope_per_user
         user = controls.user if per_user else None
@@ -243,8 +244,13 @@ class Pipeline:
         always kept with its conversation (``Lookup.conversation_key``). Nor when earlier turns
         called tools: their results shape the answer."""
         api, detail = dialect.api, dialect.key_detail
-        key = request_key(request, namespace, user=user, account=account, api=api, api_detail=detail)
-        if not key.has_history or self.multi_turn == "strict" or not reads_standalone(key.prompt):
+        chars = _text_chars(request)
+        keyed = functools.partial(request_key, request, namespace, user=user, account=account, api=api,
+                                  api_detail=detail)  # fmt: skip
+        key = await _off_loop_if_long(keyed, chars)
+        if not key.has_history or self.multi_turn == "strict":
+            return key, None, None
+        if not await _off_loop_if_long(functools.partial(reads_standalone, key.prompt), len(key.prompt)):
             return key, None, None
         if consulted_tools(request):
             return key, None, None
@@ -259,8 +265,7 @@ class Pipeline:
         )
         if float(prompt_vector @ context_vector) >= self.standalone_max_context_similarity:
             return key, None, prompt_vector  # on the conversation's topic: its context may shape the answer
-        standalone = request_key(request, namespace, standalone=True, user=user, account=account, api=api,
-                                 api_detail=detail)  # fmt: skip
+        standalone = await _off_loop_if_long(functools.partial(keyed, standalone=True), chars)
         return standalone, key, prompt_vector
 
     async def _find(self, lookup: Lookup) -> Hit | None:
@@ -284,7 +289,8 @@ class Pipeline:
             lookup.vector, candidates = await self.embedder.embed_then(
                 lookup.key.prompt, self.embedding_model(lookup.key), search
             )
-        template = self._template_match(lookup.key, lookup.vector)
+        match = functools.partial(self._template_match, lookup.key, lookup.vector)
+        template = await _off_loop_if_long(match, len(lookup.key.prompt))
         if template is not None:
             return template
         result = await self.semantic.lookup(lookup.key, lookup.vector, now, candidates, explore=lookup.explore,
@@ -846,6 +852,14 @@ async def _off_loop_if_long(check: Callable[[], _T], text_chars: int) -> _T:
     if text_chars > _INLINE_SCAN_CHARS:
         return await asyncio.to_thread(check)
     return check()
+
+
+def _text_chars(request: ChatCompletionRequest) -> int:
+    """About how much text reading the whole request means: its messages' text, and their other
+    fields (the tool calls of earlier turns) as long text, unread. Tools' definitions are only
+    serialised, in one call that a thread would not take off the loop."""
+    with_fields = sum(1 for message in request.messages if message.model_extra)
+    return request.content_chars() + with_fields * _INLINE_SCAN_CHARS
 
 
 def _as_upstream_error(exc: BaseException) -> SemcacheError:

@@ -80,14 +80,16 @@ class TokenCounter:
         return len(self._encoding(model).encode(text, disallowed_special=()))
 
     def count_messages(self, messages: list[dict[str, Any]], model: str) -> int:
-        total = _TOKENS_PER_REPLY
-        for message in messages:
-            total += _TOKENS_PER_MESSAGE
-            for value in message.values():
-                if isinstance(value, str):
-                    total += self.count_text(value, model)
-                elif value is not None:
-                    total += self.count_text(str(value), model)
+        return _TOKENS_PER_REPLY + sum(self.count_message(message, model) for message in messages)
+
+    def count_message(self, message: dict[str, Any], model: str) -> int:
+        """One message's share of ``count_messages``: its fields and the chat format's overhead."""
+        total = _TOKENS_PER_MESSAGE
+        for value in message.values():
+            if isinstance(value, str):
+                total += self.count_text(value, model)
+            elif value is not None:
+                total += self.count_text(str(value), model)
         return total
 
     def usage(self, messages: list[dict[str, Any]], answer: str, model: str) -> dict[str, int]:

@@ -22,6 +22,7 @@ answer is back.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -288,7 +289,11 @@ class SemanticTier:
                 return "reported wrong for this query"
         if not query_whole or not await self._read_whole(key, candidate):
             return "longer than the embedding model reads"
-        results = guards.check(key.prompt, candidate, policy.guards)
+        check = functools.partial(guards.check, key.prompt, candidate, policy.guards)
+        if len(key.prompt) + len(candidate) > _INLINE_TOKENIZE_CHARS:  # the guards read both texts whole
+            results = await asyncio.to_thread(check)
+        else:
+            results = check()
         decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail} for r in results]
         failed = [r.guard for r in results if not r.passed]
         if failed:

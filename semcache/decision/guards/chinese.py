@@ -23,6 +23,9 @@ _UNITS = {"十": 10, "百": 100, "千": 1000}
 _SECTIONS = {"万": 10_000, "亿": 100_000_000}
 _NUMERAL = "0-9零〇一二两三四五六七八九十百千万亿"
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3})")
+# Runs of numerals longer than this are no numbers one says, and their value would take time
+# quadratic in their length to work out.
+_LONGEST_READ_NUMERAL = 32
 _NUMBER = re.compile(f"[{_NUMERAL}]+(?:[.点][0-9零〇一二两三四五六七八九]+)?")
 # Words whose numerals are not numbers: names ("百度", "三星"), "by all means" (千万), "in case"
 # (万一), "very" (十分). A lone "一" is mostly "a" or part of a word ("一下", "一起"), never read.
@@ -54,6 +57,8 @@ def numbers(text: str, units: Mapping[str, str] | None = None) -> list[str]:
 
 def _value(run: str) -> str:
     whole, _, fraction = run.replace("点", ".").partition(".")
+    if len(whole) > _LONGEST_READ_NUMERAL:
+        return run  # no number is written this long: kept as written, for the two sides to match exactly
     value = str(_integer(whole))
     if fraction:
         value += "." + "".join(str(_DIGITS.get(c, c)) for c in fraction)

@@ -18,17 +18,10 @@ def named(text: Prompt) -> list[str]:
             continue
         mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
         acronym = len(word) >= 2 and word.isupper()
-        capitalised = position > 0 and word[:1].isupper() and not _after_sentence_end(text, position)
+        capitalised = position > 0 and word[:1].isupper() and not text.after_mark[position]
         if mixed or acronym or capitalised:
             found.append(lower)
     return found
-
-
-def _after_sentence_end(text: Prompt, position: int) -> bool:
-    previous = text.cased[position - 1]
-    index = text.raw.find(text.cased[position], text.raw.find(previous))
-    between = text.raw[text.raw.find(previous) + len(previous) : index] if index >= 0 else ""
-    return any(mark in between for mark in ".?!:")
 
 
 def entities(query: Prompt, cached: Prompt) -> GuardResult:

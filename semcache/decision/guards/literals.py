@@ -8,8 +8,7 @@ import re
 from .reading import GuardResult, Prompt
 
 _SCRIPT_CHARS = frozenset("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁱⁿ₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₕₖₗₘₙₚₛₜ")
-# A fenced code block, and an inline code span.
-_FENCED = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+# An inline code span.
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 # Marks that make a word code or math rather than prose: "C++", "x^2", "a_b", "!=", "<div>".
 _CODE_MARKS = re.compile(
@@ -49,12 +48,30 @@ def _literal_words(text: str) -> list[str]:
 def _code_layout(text: str) -> list[str]:
     """Code whose every character counts: fenced blocks, and, in text with indented lines, every
     line that is not a question about it, with its indentation; then inline spans, in any order."""
-    code = [line.rstrip() for block in _FENCED.findall(text) for line in block.splitlines() if line.strip()]
-    prose = _FENCED.sub("", text)
+    blocks, prose = _fenced_blocks(text)
+    code = [line.rstrip() for block in blocks for line in block.splitlines() if line.strip()]
     lines = [line.rstrip() for line in prose.splitlines() if line.strip()]
     if len(lines) > 1 and any(line[:1] in (" ", "\t") for line in lines):
         code += [line for line in lines if not line.endswith("?")]
     return code + sorted(_INLINE_CODE.findall(prose))
+
+
+def _fenced_blocks(text: str) -> tuple[list[str], str]:
+    """The fenced code blocks of ``text`` (what follows a line that opens with three backticks, up
+    to the next three or the end) and the text around them. Read in one pass: a line of backticks
+    with no line break after them is prose, found once and not again from each of its backticks."""
+    blocks, prose, at = [], [], 0
+    while (fence := text.find("```", at)) >= 0:
+        line_end = text.find("\n", fence + 3)
+        if line_end < 0:
+            break  # no line break after this fence, nor after any later one: no more blocks
+        close = text.find("```", line_end + 1)
+        end = len(text) if close < 0 else close
+        blocks.append(text[line_end + 1 : end])
+        prose.append(text[at:fence])
+        at = len(text) if close < 0 else close + 3
+    prose.append(text[at:])
+    return blocks, "".join(prose)
 
 
 def literals(query: Prompt, cached: Prompt) -> GuardResult:

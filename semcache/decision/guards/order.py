@@ -16,16 +16,29 @@ def order(query: Prompt, cached: Prompt) -> GuardResult:
     """Swapped roles: two words shared by both sides appear in opposite order."""
     left = _content_positions(query)
     right = _content_positions(cached)
-    shared = [w for w in left if w in right]
-    same_words = set(left) == set(right)
-    names = set(named(query)) | set(named(cached))
-    for i, first in enumerate(shared):
-        for second in shared[i + 1 :]:
-            if (left[first] < left[second]) == (right[first] < right[second]):
-                continue
-            if same_words or (first in names and second in names):
-                return GuardResult("order", False, f"{first!r} and {second!r} swap places")
-    return GuardResult("order", True)
+    shared = [w for w in left if w in right]  # in the query's order
+    if set(left) != set(right):  # only names count: the other words may have moved with the wording
+        names = set(named(query)) | set(named(cached))
+        shared = [w for w in shared if w in names]
+    swapped = _first_swap([right[w] for w in shared])
+    if swapped is None:
+        return GuardResult("order", True)
+    first, second = swapped
+    return GuardResult("order", False, f"{shared[first]!r} and {shared[second]!r} swap places")
+
+
+def _first_swap(positions: list[int]) -> tuple[int, int] | None:
+    """The first ``i`` (then the first ``j`` after it) whose position is greater than a later
+    one's, or None when they ascend: one pass from the end and one scan, never every pair."""
+    lowest_after: list[int] = [0] * len(positions)
+    lowest = None
+    for i in range(len(positions) - 1, -1, -1):
+        lowest_after[i] = lowest if lowest is not None else positions[i]
+        lowest = positions[i] if lowest is None else min(lowest, positions[i])
+    for i, position in enumerate(positions[:-1]):
+        if lowest_after[i] < position:
+            return i, next(j for j in range(i + 1, len(positions)) if positions[j] < position)
+    return None
 
 
 def _content_positions(text: Prompt) -> dict[str, int]:

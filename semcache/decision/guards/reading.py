@@ -12,6 +12,7 @@ from .languages import Tables
 
 _TOKEN = re.compile(r"[^\W_]+(?:[.,'’][^\W_]+)*", re.UNICODE)
 _CONTRACTED_NOT = re.compile(r"n['’]t\b")
+_SENTENCE_MARK = re.compile(r"[.?!:]")
 # Superscripts and subscripts written out before NFKC, which would read "2³" as "23" and "H₂" as "H2".
 _SCRIPT_FORMS = str.maketrans(
     {ch: "^" + unicodedata.normalize("NFKC", ch) for ch in "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁱⁿ"}
@@ -42,12 +43,21 @@ class Prompt:
     tokens: list[str]  # lower-cased, in order
     cased: list[str]  # original case, in order
     original: str  # as sent: the ``literals`` guard reads case, layout and every mark
+    # Per token: whether a sentence mark (".?!:") stands between it and the token before it.
+    after_mark: list[bool]
 
     @classmethod
     def of(cls, text: str) -> Prompt:
         normal = unicodedata.normalize("NFKC", text.translate(_SCRIPT_FORMS)).replace('""', '"')
-        cased = _TOKEN.findall(_CONTRACTED_NOT.sub(" not", normal))
-        return cls(normal, [t.lower() for t in cased], cased, text)
+        spelled = _CONTRACTED_NOT.sub(" not", normal)
+        cased: list[str] = []
+        after_mark: list[bool] = []
+        end = 0
+        for match in _TOKEN.finditer(spelled):
+            cased.append(match.group())
+            after_mark.append(_SENTENCE_MARK.search(spelled, end, match.start()) is not None)
+            end = match.end()
+        return cls(normal, [t.lower() for t in cased], cased, text, after_mark)
 
     @cached_property
     def han(self) -> bool:
