@@ -174,3 +174,9 @@ def test_the_guards_read_every_language(query: str, cached: str, guard: str) -> 
 def test_rewordings_in_every_language_pass_every_guard(query: str, cached: str) -> None:
     failed = {name: ok for name, ok in verdicts(query, cached).items() if not ok and name not in ("entities", "order")}
     assert not failed, failed
+
+
+def test_a_number_of_thousands_of_digits_is_compared_as_written() -> None:
+    digits = "7" * 25_000  # past Python's limit on converting digits to an int
+    assert all(verdicts(f"Is {digits} prime?", f"Is {digits} prime?").values())
+    assert not verdicts(f"Is {digits} prime?", f"Is {digits[:-1]}8 prime?")["numbers"]

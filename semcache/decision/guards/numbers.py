@@ -10,6 +10,7 @@ words, ordinals and units come from its table (``languages``); Chinese numerals 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from . import chinese
 from .languages import CHINESE, Tables
@@ -33,7 +34,11 @@ def number(digits: str) -> str:
         digits = digits.replace(",", ".")
     else:
         digits = digits.replace(",", "")
-    return str(int(digits)) if digits.isdigit() else digits
+    if not digits.isdecimal():
+        return digits
+    # The value's spelling without int(): a run of thousands of digits would raise past Python's limit.
+    ascii_digits = "".join(str(unicodedata.decimal(char)) for char in digits)
+    return ascii_digits.lstrip("0") or "0"
 
 
 def spelled(value: float) -> str:
