@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .language import validate_thresholds
-from .wire import MAX_JSON_DEPTH, MAX_MESSAGES, MAX_TOOLS
+from .wire import DEFAULT_MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_MESSAGES, MAX_TOOLS
 
 ENV_PREFIX = "SEMCACHE_"
 # Settings renamed to say their unit: the old name still works in a file and as a keyword, with a
@@ -153,6 +153,11 @@ class Settings(BaseSettings):
     )
     max_json_depth: int = Field(
         64, ge=2, le=MAX_JSON_DEPTH, description="Deepest nesting of arrays and objects in a JSON body."
+    )
+    max_json_containers: int = Field(
+        DEFAULT_MAX_JSON_CONTAINERS,
+        ge=1,
+        description="Most arrays and objects in a JSON body: each costs the parser time while it holds the loop.",
     )
     max_messages: int = Field(2048, ge=1, le=MAX_MESSAGES, description="Most messages in one chat request.")
     max_tools: int = Field(128, ge=0, le=MAX_TOOLS, description="Most tools in one chat request.")

@@ -6,6 +6,7 @@ module does not know about pass through to the upstream untouched.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from typing import Annotated, Any, Literal
@@ -24,6 +25,8 @@ MAX_CONTENT_PARTS = 1024
 MAX_STOP_SEQUENCES = 64
 # pydantic-core's JSON parser refuses nesting much deeper than this by itself; max_json_depth stays under it.
 MAX_JSON_DEPTH = 128
+# Arrays and objects in one body: far more than 2,048 messages with their parts and 128 tools use.
+DEFAULT_MAX_JSON_CONTAINERS = 50_000
 
 # The longest model name a request may give.
 MAX_MODEL_CHARS = 256
@@ -103,14 +106,20 @@ class ResponsesRequest(BaseModel):
     stream: bool = False
 
 
-def parse_json_body(raw: bytes, max_depth: int) -> Any:
+def parse_json_body(raw: bytes, max_depth: int, max_containers: int = DEFAULT_MAX_JSON_CONTAINERS) -> Any:
     """The JSON value of a request body, or a 400 that says what is wrong with it.
 
     Stricter than ``json.loads``: the body must be UTF-8, with no NaN or Infinity and no lone
     surrogate escapes (text that cannot be hashed, stored or forwarded), nested at most ``max_depth``
-    levels deep. pydantic-core's parser stops on its own at about 200 levels, so a 100,000-deep
-    ``[[[...]]]`` costs microseconds, never the stack.
+    levels deep, with at most ``max_containers`` arrays and objects. pydantic-core's parser stops on
+    its own at about 200 levels, so a 100,000-deep ``[[[...]]]`` costs microseconds, never the stack;
+    but it builds every container it reads while holding the GIL, so a few MB of ``[[],[],...]``
+    would hold the event loop for seconds: they are counted first, outside strings, in one pass.
     """
+    if _containers(raw) > max_containers:
+        raise InvalidRequest(
+            f"the JSON body holds more than {max_containers} arrays and objects", code="json_too_large"
+        )
     try:
         value = from_json(raw, allow_inf_nan=False)
     except ValueError as exc:
@@ -120,6 +129,16 @@ def parse_json_body(raw: bytes, max_depth: int) -> Any:
     if _nested_deeper_than(value, max_depth):
         raise _too_deep(max_depth)
     return value
+
+
+# A JSON string, escapes and all, matched without backtracking.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
+
+
+def _containers(raw: bytes) -> int:
+    """How many arrays and objects a JSON text opens (the brackets outside its strings)."""
+    bare = _JSON_STRING.sub(b"", raw)
+    return bare.count(b"[") + bare.count(b"{")
 
 
 def _too_deep(max_depth: int) -> InvalidRequest:

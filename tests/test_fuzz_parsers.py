@@ -38,7 +38,7 @@ FUZZ = settings(
     database=None,
 )
 DEFAULTS = Settings()
-BODY_CODES = {"invalid_json", "json_too_deep"}
+BODY_CODES = {"invalid_json", "json_too_deep", "json_too_large"}
 
 # Text as clients send it, lone surrogates and the characters JSON keeps raw but splitlines splits at included.
 any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=40) | st.sampled_from(

@@ -2,7 +2,7 @@
 
 - the request line and headers (``protocol.bounded_http_protocol``, in uvicorn, before the app sees them): 431;
 - the body's size (``BodySizeLimit``, before it is read into memory): 413;
-- the body's JSON (``BoundedJsonRequest``: strict UTF-8, bounded nesting; ``wire.parse_json_body``): 400;
+- the body's JSON (``BoundedJsonRequest``: strict UTF-8, bounded nesting and containers; ``wire.parse_json_body``): 400;
 - a chat request's messages, tools and text (``RequestBounds``): 400.
 """
 
@@ -152,9 +152,10 @@ class BoundedJsonRequest(Request):
         if _JSON_FAILURE in self.scope:
             raise self.scope[_JSON_FAILURE]
         if _JSON not in self.scope:
-            max_depth: int = self.app.state.semcache.settings.max_json_depth
+            settings = self.app.state.semcache.settings
             try:
-                self.scope[_JSON] = parse_json_body(await self.body(), max_depth)
+                self.scope[_JSON] = parse_json_body(await self.body(), settings.max_json_depth,
+                                                    settings.max_json_containers)  # fmt: skip
             except InvalidRequest as exc:
                 self.scope[_JSON_FAILURE] = exc
                 raise
