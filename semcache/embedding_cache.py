@@ -208,7 +208,7 @@ class EmbeddingCache:
             prompt_tokens = await self._count_tokens(asked, request.model) if reported is None else reported
             vectors.update(zip(missing, fresh, strict=True))
             if cacheable and controls.store and not store_down:
-                await self._write({key: vectors[key].tobytes() for key in missing}, now, controls)
+                await self._write(namespace, {key: vectors[key].tobytes() for key in missing}, now, controls)
         if len({len(vector) for vector in vectors.values()}) > 1:
             # The upstream now answers this model in another dimension: what was stored is stale.
             log.warning("embeddings of %r changed dimension upstream; asking again for every input", request.model)
@@ -242,10 +242,10 @@ class EmbeddingCache:
         # A vector that is not whole float32 values is damaged: ask for it again.
         return {key: blob for key, blob in found.items() if blob and len(blob) % 4 == 0}
 
-    async def _write(self, items: dict[str, bytes], now: float, controls: RequestControls) -> None:
+    async def _write(self, namespace: str, items: dict[str, bytes], now: float, controls: RequestControls) -> None:
         ttl = controls.ttl_s if controls.ttl_s is not None else self.default_ttl_s
         try:
-            await self.store.put_embeddings(items, now, now + ttl if ttl > 0 else None)
+            await self.store.put_embeddings(namespace, items, now, now + ttl if ttl > 0 else None)
         except StoreUnavailable as exc:
             log.warning("embeddings not stored: %s", exc.message)
 

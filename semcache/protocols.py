@@ -122,8 +122,11 @@ class EmbeddingStore(Protocol):
         """The live vectors of those keys that are stored; each found one counts as used at ``now``."""
         ...
 
-    async def put_embeddings(self, items: dict[str, bytes], now: float, expires_at: float | None) -> None:
-        """Store (or replace) these vectors, last used at ``now``; ``expires_at`` None: never."""
+    async def put_embeddings(
+        self, namespace: str, items: dict[str, bytes], now: float, expires_at: float | None
+    ) -> None:
+        """Store (or replace) these vectors of ``namespace``, last used at ``now``; ``expires_at``
+        None: never."""
         ...
 
     async def delete_expired_embeddings(self, now: float) -> int:
@@ -131,7 +134,8 @@ class EmbeddingStore(Protocol):
         ...
 
     async def evict_embeddings(self, keep: int) -> int:
-        """Remove the least recently used vectors beyond ``keep``; returns how many."""
+        """Remove vectors until ``keep`` remain, one at a time the least recently used of the
+        namespace holding the most (``fairness.fair_cuts``); returns how many."""
         ...
 
     async def count_embeddings(self) -> int: ...

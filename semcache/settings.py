@@ -267,7 +267,10 @@ class Settings(BaseSettings):
         "if passthrough_routes holds it. Entries live ttl_s and honour the request's cache headers.",
     )
     max_embedding_entries: int = Field(
-        1_000_000, ge=1, description="Size bound of the embeddings cache, in inputs; the least recently used go first."
+        1_000_000,
+        ge=1,
+        description="Size bound of the embeddings cache, in inputs; past it, the namespace holding the most "
+        "loses its least recently used.",
     )
     sweep_interval_s: float = Field(30.0, gt=0, description="How often expired and surplus entries are removed.")
     snapshot_interval_s: float = Field(300.0, gt=0, description="How often the FAISS index is saved to disk.")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from semcache.errors import StoreUnavailable
+from semcache.fairness import fair_cuts
 
 
 class HashingEmbedder:
@@ -42,6 +43,7 @@ class MemoryEmbeddingStore:
 
     def __init__(self) -> None:
         self.vectors: dict[str, tuple[bytes, float | None, float]] = {}  # key: vector, expires_at, last use
+        self.namespace_of: dict[str, str] = {}
         self.down = False
         self.puts = 0
 
@@ -61,24 +63,33 @@ class MemoryEmbeddingStore:
                 found[key] = vector
         return found
 
-    async def put_embeddings(self, items: dict[str, bytes], now: float, expires_at: float | None) -> None:
+    async def put_embeddings(
+        self, namespace: str, items: dict[str, bytes], now: float, expires_at: float | None
+    ) -> None:
         self._check()
         self.puts += 1
         self.vectors.update({key: (vector, expires_at, now) for key, vector in items.items()})
+        self.namespace_of.update(dict.fromkeys(items, namespace))
 
     async def delete_expired_embeddings(self, now: float) -> int:
         self._check()
         expired = [k for k, (_, at, _) in self.vectors.items() if at is not None and at <= now]
         for key in expired:
             del self.vectors[key]
+            del self.namespace_of[key]
         return len(expired)
 
     async def evict_embeddings(self, keep: int) -> int:
         self._check()
-        surplus = sorted(self.vectors, key=lambda k: self.vectors[k][2])[: max(0, len(self.vectors) - keep)]
-        for key in surplus:
-            del self.vectors[key]
-        return len(surplus)
+        by_namespace: dict[str, list[str]] = {}
+        for key in sorted(self.vectors, key=lambda k: self.vectors[k][2]):
+            by_namespace.setdefault(self.namespace_of[key], []).append(key)
+        cuts = fair_cuts({namespace: len(keys) for namespace, keys in by_namespace.items()}, keep)
+        for namespace, cut in cuts.items():
+            for key in by_namespace[namespace][:cut]:
+                del self.vectors[key]
+                del self.namespace_of[key]
+        return sum(cuts.values())
 
     async def count_embeddings(self) -> int:
         self._check()

@@ -25,9 +25,9 @@ async def check_embedding_store(store: EmbeddingStore) -> None:
     them; the size bound drops the least recently used, a read counting as a use."""
     a, b, c, d, e = (_vector(seed) for seed in range(5))
     now = time.time()
-    await store.put_embeddings({"a": a, "b": b}, now, now + 0.5)
-    await store.put_embeddings({"c": c}, now, now + 0.5)
-    await store.put_embeddings({"c": c}, now, None)  # stored again, for good
+    await store.put_embeddings("default", {"a": a, "b": b}, now, now + 0.5)
+    await store.put_embeddings("default", {"c": c}, now, now + 0.5)
+    await store.put_embeddings("default", {"c": c}, now, None)  # stored again, for good
     assert await store.get_embeddings(["a", "b", "c", "missing", "a"], now) == {"a": a, "b": b, "c": c}
     assert await store.get_embeddings([], now) == {}
     assert await store.count_embeddings() == 3
@@ -38,13 +38,75 @@ async def check_embedding_store(store: EmbeddingStore) -> None:
     assert await store.delete_expired_embeddings(later) == 2
     assert await store.count_embeddings() == 1
 
-    await store.put_embeddings({"d": d}, later + 1, None)
-    await store.put_embeddings({"e": e}, later + 2, None)
+    await store.put_embeddings("default", {"d": d}, later + 1, None)
+    await store.put_embeddings("default", {"e": e}, later + 2, None)
     await store.get_embeddings(["c"], later + 3)  # c, stored first, was used last
     assert await store.evict_embeddings(2) == 1
     assert await store.get_embeddings(["c", "d", "e"], later + 4) == {"c": c, "e": e}
     assert await store.evict_embeddings(2) == 0
     assert await store.count_embeddings() == 2
+
+
+async def _held_embeddings(store: EmbeddingStore, keys: list[str], before_all: float) -> dict[str, list[str]]:
+    """The keys each namespace (a key's prefix) still holds. Read as of ``before_all``, earlier than
+    every use: a read never moves recency back, so this one leaves it as it was."""
+    held: dict[str, list[str]] = {}
+    for key in sorted(await store.get_embeddings(keys, before_all)):
+        held.setdefault(key.split("/")[0], []).append(key)
+    return held
+
+
+async def check_fair_embedding_eviction(store: EmbeddingStore) -> None:
+    """The embeddings' size bound takes from the namespace holding the most, its least recently
+    used first: a namespace within its fair share (the bound over the namespaces holding vectors)
+    loses nothing, however old its vectors; a vector stored again counts once, an expired one not."""
+    base = time.time() - 10_000
+    keys: list[str] = []
+
+    async def put(namespace: str, name: str, at: float, expires_at: float | None = None) -> None:
+        key = f"{namespace}/{name}"
+        keys.append(key)
+        await store.put_embeddings(namespace, {key: _vector(len(keys))}, at, expires_at)
+
+    # The quiet namespace's vectors are the oldest of all: a plain LRU would take them first.
+    for n in range(3):
+        await put("quiet", f"q{n}", base + n)
+    for n in range(4):
+        await put("mid", f"m{n}", base + 100 + n)
+    for n in range(20):
+        await put("loud", f"l{n:02d}", base + 200 + n)
+    await put("loud", "l05", base + 300)  # stored again: loud still holds 20
+    assert await store.get_embeddings(["loud/l00"], base + 400) != {}  # loud's oldest was used last
+
+    assert await store.evict_embeddings(12) == 15
+    held = await _held_embeddings(store, keys, base - 1)
+    assert held["quiet"] == ["quiet/q0", "quiet/q1", "quiet/q2"]
+    assert held["mid"] == [f"mid/m{n}" for n in range(4)]
+    assert held["loud"] == ["loud/l00", "loud/l05", "loud/l17", "loud/l18", "loud/l19"]
+    assert await store.evict_embeddings(12) == 0
+
+    # Two namespaces over their share end level: loud and a new one, mid within it.
+    for n in range(6):
+        await put("busy", f"b{n}", base + 500 + n)
+    for n in range(3):  # quiet's vectors expire and are swept: quiet no longer counts
+        await put("quiet", f"q{n}", base + 500, base + 501)
+    assert await store.delete_expired_embeddings(base + 502) == 3
+    assert await store.evict_embeddings(12) == 3  # loud 5, busy 6, mid 4: three over 12 / 3 each
+    held = await _held_embeddings(store, keys, base - 1)
+    assert {namespace: len(keys) for namespace, keys in held.items()} == {"mid": 4, "loud": 4, "busy": 4}
+    assert held["loud"] == ["loud/l00", "loud/l05", "loud/l18", "loud/l19"]
+    assert held["busy"] == ["busy/b2", "busy/b3", "busy/b4", "busy/b5"]
+    assert await store.count_embeddings() == 12
+
+    # One namespace alone may fill the bound; a newcomer then takes its share from it.
+    for n in range(30):
+        await put("alone", f"a{n:02d}", base + 600 + n)
+    assert await store.evict_embeddings(12) == 30
+    held = await _held_embeddings(store, keys, base - 1)
+    assert {namespace: len(keys) for namespace, keys in held.items()} == {"mid": 3, "loud": 3, "busy": 3, "alone": 3}
+    assert held["alone"] == ["alone/a27", "alone/a28", "alone/a29"]
+    assert held["mid"] == ["mid/m1", "mid/m2", "mid/m3"]
+    assert await store.count_embeddings() == 12
 
 
 def _entry(namespace: str, key: str, at: float) -> CacheEntry:

@@ -5,6 +5,7 @@ requests must come through untouched:
 
 - entries: the cache API's stores (no upstream cost), chat misses, stores spread over namespaces;
 - remembered Responses hits: many small ones, a few heavy ones, hits spread over namespaces;
+- the embeddings cache: a flood of ``/v1/embeddings`` inputs;
 - per-namespace state: a client naming thousands of namespaces.
 
 While a flood is served, ``/healthz`` and another client's exact hit answer within 100 ms.
@@ -34,6 +35,7 @@ from .conftest import ask
 pytestmark = pytest.mark.slow
 
 MAX_ENTRIES = 40
+MAX_EMBEDDINGS = 40
 REMEMBERED = 30
 REMEMBERED_CHARS = 300_000
 STATS_NAMESPACES = 50
@@ -58,6 +60,7 @@ def service(
         yaml.safe_dump(
             {
                 "max_entries": MAX_ENTRIES,
+                "max_embedding_entries": MAX_EMBEDDINGS,
                 "sweep_interval_s": 0.2,
                 "remembered_responses_max": REMEMBERED,
                 "remembered_responses_max_chars": REMEMBERED_CHARS,
@@ -241,6 +244,45 @@ def test_a_flood_of_responses_hits_forgets_nothing_another_namespace_may_go_on_f
 
 def responses_namespace(shape: str) -> str:
     return "flood-0" if "namespaces" in shape else "flood"
+
+
+# -- the embeddings cache ---------------------------------------------------------------------------
+
+VICTIM_CHUNKS = [f"Victim document chunk {n}: the boiling point of water at sea level." for n in range(8)]
+
+
+def embeddings_flood(client: httpx.Client, n: int) -> httpx.Response:
+    """Eight inputs never seen before a request: each a miss, each stored."""
+    body = {"model": "text-embedding-3-small", "input": [f"Flood chunk {n}.{k}: {n * 7919 + k}" for k in range(8)]}
+    return client.post("/v1/embeddings", json=body, headers=in_namespace("flood"))
+
+
+def test_a_flood_of_embeddings_evicts_nothing_of_a_namespace_within_its_share(
+    service: str, victim: openai.OpenAI
+) -> None:
+    def embed_victim_chunks() -> dict[str, str]:
+        raw = victim.embeddings.with_raw_response.create(
+            model="text-embedding-3-small", input=VICTIM_CHUNKS, extra_headers=in_namespace("victim")
+        )
+        assert len(raw.parse().data) == len(VICTIM_CHUNKS)
+        return dict(raw.headers)
+
+    first = embed_victim_chunks()
+    assert first["x-semcache"] == "miss" and first["x-semcache-cached-inputs"] == f"0/{len(VICTIM_CHUNKS)}"
+    flood(service, embeddings_flood, 40)  # 320 vectors, all newer than the victim's 8
+
+    deadline = time.monotonic() + 10
+    while True:
+        sizes = httpx.get(f"{service}/stats", timeout=10).json()["embeddings"]
+        if (sizes["entries"] is not None and sizes["entries"] <= MAX_EMBEDDINGS) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert sizes["entries"] <= MAX_EMBEDDINGS and sizes["evicted"] > 0, sizes
+    again = embed_victim_chunks()  # 8 of the bound's 40, within a share of 20: all still stored
+    assert (
+        again["x-semcache"] == "hit"
+        and again["x-semcache-cached-inputs"] == f"{len(VICTIM_CHUNKS)}/{len(VICTIM_CHUNKS)}"
+    )
 
 
 # -- per-namespace state ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback
 from semcache.errors import StoreUnavailable
 from semcache.stores.redis import RedisStore
 from testkit.redis_server import RedisServer
-from testkit.store_contracts import check_embedding_store, check_fair_eviction
+from testkit.store_contracts import check_embedding_store, check_fair_embedding_eviction, check_fair_eviction
 
 
 def entry(exact_key: str, *, scope: str = "scope-a", expires_at: float | None = None, seed: int = 0) -> CacheEntry:
@@ -235,12 +235,40 @@ async def test_embeddings_are_kept_expired_and_bounded(store: RedisStore) -> Non
 
 async def test_embeddings_expire_natively(store: RedisStore) -> None:
     now = time.time()
-    await store.put_embeddings({"k": b"\x00\x00\x80?"}, now, now + 60)
+    await store.put_embeddings("default", {"k": b"\x00\x00\x80?"}, now, now + 60)
     assert 0 < await store._redis.pttl(store.key("emb", "k")) <= 60_000
 
 
 async def test_the_size_bound_takes_from_the_namespace_holding_the_most(store: RedisStore) -> None:
     await check_fair_eviction(store)
+
+
+async def test_the_embeddings_bound_takes_from_the_namespace_holding_the_most(store: RedisStore) -> None:
+    await check_fair_embedding_eviction(store)
+
+
+async def test_embeddings_stored_before_namespaces_were_kept_go_first(
+    store: RedisStore, redis_server: RedisServer
+) -> None:
+    vector = b"\x00\x00\x80?"
+    await store.put_embeddings("quiet", {"q": vector}, 1000.0, None)  # older than the old ones
+    # The layout a version before fair eviction left: a vector and its place in the one recency set.
+    for n in range(3):
+        await store._redis.set(store.key("emb", f"old{n}"), vector)
+        await store._redis.zadd(store.key("emb_lru"), {f"old{n}": 5000.0 + n})
+    await store._redis.hdel(store.key("meta"), "embedding_namespaces_kept")
+
+    reopened = RedisStore(redis_server.url, prefix=store.prefix.strip("{}"), feed_max_len=1000)
+    try:
+        await reopened.open_cache("hashing-8", 8)
+        await reopened.put_embeddings("loud", {f"l{n}": vector for n in range(3)}, 6000.0, None)
+        assert await reopened.count_embeddings() == 7
+        assert await reopened.evict_embeddings(5) == 2  # the two oldest vectors of no known namespace
+        assert set(await reopened.get_embeddings([f"old{n}" for n in range(3)], 0.0)) == {"old2"}
+        assert await reopened.evict_embeddings(3) == 2  # the last old one, then one of loud's
+        assert set(await reopened.get_embeddings(["q", "old2", "l0", "l1", "l2"], 0.0)) == {"q", "l1", "l2"}
+    finally:
+        await reopened.close()
 
 
 async def test_entries_stored_before_namespaces_were_counted_are_counted_at_start(

@@ -13,8 +13,8 @@ import pytest
 
 from semcache.entries import CacheEntry, EntryQuery, NegativeFeedback, RemovedEntry
 from semcache.stores import SQLiteStore
-from semcache.stores.sqlite import MIGRATIONS, PointReads
-from testkit.store_contracts import check_embedding_store, check_fair_eviction
+from semcache.stores.sqlite import MIGRATIONS, PointReads, _m008_embedding_namespaces
+from testkit.store_contracts import check_embedding_store, check_fair_embedding_eviction, check_fair_eviction
 
 
 def entry(
@@ -337,7 +337,7 @@ async def test_embeddings_survive_a_reopen(tmp_path: Path) -> None:
     path = tmp_path / "entries.sqlite3"
     first = SQLiteStore(path)
     await first.open()
-    await first.put_embeddings({"k": b"\x00\x00\x80?"}, 1.0, None)
+    await first.put_embeddings("default", {"k": b"\x00\x00\x80?"}, 1.0, None)
     await first.close()
     second = SQLiteStore(path)
     await second.open()
@@ -347,3 +347,32 @@ async def test_embeddings_survive_a_reopen(tmp_path: Path) -> None:
 
 async def test_the_size_bound_takes_from_the_namespace_holding_the_most(store: SQLiteStore) -> None:
     await check_fair_eviction(store)
+
+
+async def test_the_embeddings_bound_takes_from_the_namespace_holding_the_most(store: SQLiteStore) -> None:
+    await check_fair_embedding_eviction(store)
+
+
+async def test_embeddings_stored_before_namespaces_were_kept_go_first(tmp_path: Path) -> None:
+    path = tmp_path / "entries.sqlite3"
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:  # the layout of the version before
+        db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        for migration in MIGRATIONS[: MIGRATIONS.index(_m008_embedding_namespaces)]:
+            migration(db)
+            db.execute("INSERT INTO _migrations VALUES (?, 0)", (migration.__name__,))
+        db.executemany(
+            "INSERT INTO embeddings VALUES (?, ?, NULL, ?)",
+            [(f"old{n}", b"\x00\x00\x80?", 5000.0 + n) for n in range(3)],
+        )
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        await store.put_embeddings("quiet", {"q": b"\x00\x00\x80?"}, 1000.0, None)  # older than the old ones
+        await store.put_embeddings("loud", {f"l{n}": b"\x00\x00\x80?" for n in range(3)}, 6000.0, None)
+        assert await store.count_embeddings() == 7
+        assert await store.evict_embeddings(5) == 2  # the two oldest vectors of no known namespace
+        assert set(await store.get_embeddings([f"old{n}" for n in range(3)], 0.0)) == {"old2"}
+        assert await store.evict_embeddings(3) == 2  # the last old one, then one of loud's
+        assert set(await store.get_embeddings(["q", "old2", "l0", "l1", "l2"], 0.0)) == {"q", "l1", "l2"}
+    finally:
+        await store.close()

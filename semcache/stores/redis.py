@@ -24,6 +24,12 @@ tag ``{P}``, so one cache lives in one Redis Cluster slot and the Lua scripts ma
     {P}:evidence_batch:<id> string  a batch of evidence already added (7 days): resent, it counts once
     {P}:emb:<key>         string  one embeddings input's vector (float32 bytes); expires natively
     {P}:emb_lru           zset    embedding key by last use, for the size bound
+    {P}:emb_lru_ns:<ns>   zset    a namespace's embedding keys by last use: the size bound takes from the
+                                  namespace holding the most (semcache.fairness)
+    {P}:emb_ns_sizes      zset    namespace -> how many embeddings it holds
+    {P}:emb_ns            hash    embedding key -> its namespace, also once its vector expired natively
+    {P}:emb_lru_old       zset    embedding keys stored before namespaces were kept, by last use: the
+                                  size bound takes them first
     {P}:emb_expiry        zset    embedding key by expiry time, so the sweeper can drop its lru member
     {P}:templates         string  the curated templates (JSON)
     {P}:stats             hash    request counters of every replica together
@@ -288,7 +294,7 @@ return 1
 """
 
 
-# Drops embeddings and their places in both sorted sets. ARGV: P, then the keys chosen by a script below.
+# Drops embeddings and their places in every sorted set. ARGV: P, then what a script below needs.
 _LUA_DROP_EMBEDDINGS = """
 local P = ARGV[1]
 local function drop_embeddings(keys)
@@ -296,9 +302,69 @@ local function drop_embeddings(keys)
     redis.call('DEL', P .. ':emb:' .. key)
     redis.call('ZREM', P .. ':emb_lru', key)
     redis.call('ZREM', P .. ':emb_expiry', key)
+    redis.call('ZREM', P .. ':emb_lru_old', key)
+    local ns = redis.call('HGET', P .. ':emb_ns', key)
+    if ns then
+      redis.call('HDEL', P .. ':emb_ns', key)
+      redis.call('ZREM', P .. ':emb_lru_ns:' .. ns, key)
+      local left = redis.call('ZCARD', P .. ':emb_lru_ns:' .. ns)
+      if left > 0 then
+        redis.call('ZADD', P .. ':emb_ns_sizes', left, ns)
+      else
+        redis.call('ZREM', P .. ':emb_ns_sizes', ns)
+      end
+    end
   end
   return #keys
 end
+"""
+# ARGV: P, namespace, now, expires_at or '', expires_at_ms or '', then key and vector, two by two.
+_LUA_PUT_EMBEDDINGS = (
+    _LUA_DROP_EMBEDDINGS
+    + """
+local ns, now, expires_at, pxat = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+for i = 6, #ARGV, 2 do
+  local key = ARGV[i]
+  local old = redis.call('HGET', P .. ':emb_ns', key)
+  if old and old ~= ns then drop_embeddings({key}) end
+  redis.call('ZREM', P .. ':emb_lru_old', key)
+  if pxat == '' then
+    redis.call('SET', P .. ':emb:' .. key, ARGV[i + 1])
+    redis.call('ZREM', P .. ':emb_expiry', key)  -- a vector stored again without a TTL
+  else
+    redis.call('SET', P .. ':emb:' .. key, ARGV[i + 1], 'PXAT', pxat)
+    redis.call('ZADD', P .. ':emb_expiry', expires_at, key)
+  end
+  redis.call('ZADD', P .. ':emb_lru', now, key)
+  redis.call('HSET', P .. ':emb_ns', key, ns)
+  redis.call('ZADD', P .. ':emb_lru_ns:' .. ns, now, key)
+end
+redis.call('ZADD', P .. ':emb_ns_sizes', redis.call('ZCARD', P .. ':emb_lru_ns:' .. ns), ns)
+return 0
+"""
+)
+# ARGV: P, now, key, ...  Recency of the vectors just read, in both sorted sets; a key dropped
+# meanwhile is not brought back.
+_LUA_TOUCH_EMBEDDINGS = """
+local P = ARGV[1]
+for i = 3, #ARGV do
+  redis.call('ZADD', P .. ':emb_lru', 'XX', 'GT', ARGV[2], ARGV[i])
+  redis.call('ZADD', P .. ':emb_lru_old', 'XX', 'GT', ARGV[2], ARGV[i])
+  local ns = redis.call('HGET', P .. ':emb_ns', ARGV[i])
+  if ns then redis.call('ZADD', P .. ':emb_lru_ns:' .. ns, 'XX', 'GT', ARGV[2], ARGV[i]) end
+end
+return 0
+"""
+# Sets apart the vectors stored before namespaces were kept. ARGV: P, key, ...
+_LUA_MARK_OLD_EMBEDDINGS = """
+local P = ARGV[1]
+for i = 2, #ARGV do
+  local score = redis.call('ZSCORE', P .. ':emb_lru', ARGV[i])
+  if score and redis.call('HEXISTS', P .. ':emb_ns', ARGV[i]) == 0 then
+    redis.call('ZADD', P .. ':emb_lru_old', score, ARGV[i])
+  end
+end
+return 0
 """
 # ARGV: P, now, limit
 _LUA_EXPIRE_EMBEDDINGS = (
@@ -307,13 +373,26 @@ _LUA_EXPIRE_EMBEDDINGS = (
 return drop_embeddings(redis.call('ZRANGEBYSCORE', P .. ':emb_expiry', '-inf', ARGV[2], 'LIMIT', 0, ARGV[3]))
 """
 )
-# ARGV: P, keep, limit
+# ARGV: P, keep, limit. One at a time, the least recently used vector of the namespace holding the
+# most; vectors stored before namespaces were kept go first, oldest first.
 _LUA_EVICT_EMBEDDINGS = (
     _LUA_DROP_EMBEDDINGS
     + """
 local surplus = math.min(redis.call('ZCARD', P .. ':emb_lru') - tonumber(ARGV[2]), tonumber(ARGV[3]))
-if surplus <= 0 then return 0 end
-return drop_embeddings(redis.call('ZRANGE', P .. ':emb_lru', 0, surplus - 1))
+local dropped = 0
+while dropped < surplus do
+  local key = nil
+  if redis.call('ZCARD', P .. ':emb_lru_old') > 0 then
+    key = redis.call('ZRANGE', P .. ':emb_lru_old', 0, 0)[1]
+  else
+    local top = redis.call('ZREVRANGE', P .. ':emb_ns_sizes', 0, 0)[1]
+    if not top then break end
+    key = redis.call('ZRANGE', P .. ':emb_lru_ns:' .. top, 0, 0)[1]
+    if not key then redis.call('ZREM', P .. ':emb_ns_sizes', top) end
+  end
+  if key then dropped = dropped + drop_embeddings({key}) end
+end
+return dropped
 """
 )
 
@@ -375,6 +454,9 @@ class RedisStore:
         self._evidence = self._redis.register_script(_LUA_EVIDENCE)
         self._expire_embeddings = self._redis.register_script(_LUA_EXPIRE_EMBEDDINGS)
         self._evict_embeddings = self._redis.register_script(_LUA_EVICT_EMBEDDINGS)
+        self._put_embeddings = self._redis.register_script(_LUA_PUT_EMBEDDINGS)
+        self._touch_embeddings = self._redis.register_script(_LUA_TOUCH_EMBEDDINGS)
+        self._mark_old_embeddings = self._redis.register_script(_LUA_MARK_OLD_EMBEDDINGS)
 
     def key(self, *parts: object) -> str:
         return ":".join([self.prefix, *map(str, parts)])
@@ -433,7 +515,26 @@ class RedisStore:
         cache_id = await self._call(join)
         if not await self._call(lambda: self._redis.hexists(self.key("meta"), "namespaces_counted")):
             await self._count_stored_namespaces()
+        if not await self._call(lambda: self._redis.hexists(self.key("meta"), "embedding_namespaces_kept")):
+            await self._mark_old_embeddings_stored()
         return cache_id
+
+    async def _mark_old_embeddings_stored(self) -> None:
+        """Set apart the vectors stored by a version that did not keep their namespace (their key
+        is a digest: it cannot be recovered), so that the size bound takes them first."""
+
+        async def mark() -> None:
+            page: list[bytes] = []
+            async for key, _ in self._redis.zscan_iter(self.key("emb_lru"), count=_SCRIPT_BATCH):
+                page.append(key)
+                if len(page) == _SCRIPT_BATCH:
+                    await self._mark_old_embeddings(args=[self.prefix, *page])
+                    page = []
+            if page:
+                await self._mark_old_embeddings(args=[self.prefix, *page])
+
+        await self._call(mark)
+        await self._call(lambda: self._redis.hset(self.key("meta"), "embedding_namespaces_kept", "1"))
 
     async def _count_stored_namespaces(self) -> None:
         """Give the entries stored by a version that did not count namespaces their place in the
@@ -682,23 +783,20 @@ class RedisStore:
         vectors = await self._call(lambda: self._redis.mget([self.key("emb", key) for key in wanted]))
         found = {key: bytes(vector) for key, vector in zip(wanted, vectors, strict=True) if vector is not None}
         if found:
-            await self._call(lambda: self._redis.zadd(self.key("emb_lru"), dict.fromkeys(found, now), xx=True, gt=True))
+            await self._call(lambda: self._touch_embeddings(args=[self.prefix, now, *found]))
         return found
 
-    async def put_embeddings(self, items: dict[str, bytes], now: float, expires_at: float | None) -> None:
-        async def write() -> None:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                for key, vector in items.items():
-                    pipe.set(self.key("emb", key), vector, pxat=None if expires_at is None else int(expires_at * 1000))
-                pipe.zadd(self.key("emb_lru"), dict.fromkeys(items, now))
-                if expires_at is None:
-                    pipe.zrem(self.key("emb_expiry"), *items)  # a vector stored again without a TTL
-                else:
-                    pipe.zadd(self.key("emb_expiry"), dict.fromkeys(items, expires_at))
-                await pipe.execute()
-
-        if items:
-            await self._call(write)
+    async def put_embeddings(
+        self, namespace: str, items: dict[str, bytes], now: float, expires_at: float | None
+    ) -> None:
+        """One script per batch of keys: each batch is whole or absent, and Redis is never held long."""
+        expiry = ["", ""] if expires_at is None else [repr(expires_at), int(expires_at * 1000)]
+        pairs = list(items.items())
+        for start in range(0, len(pairs), _SCRIPT_BATCH):
+            args: list[Any] = [self.prefix, namespace, repr(now), *expiry]
+            for key, vector in pairs[start : start + _SCRIPT_BATCH]:
+                args += [key, vector]
+            await self._call(lambda a=args: self._put_embeddings(args=a))  # type: ignore[misc]
 
     async def delete_expired_embeddings(self, now: float) -> int:
         return await self._count_in_batches(lambda: self._expire_embeddings(args=[self.prefix, now, _SCRIPT_BATCH]))

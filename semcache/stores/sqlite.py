@@ -133,6 +133,40 @@ def _m007_namespace_sizes(db: sqlite3.Connection) -> None:
     )
 
 
+def _m008_embedding_namespaces(db: sqlite3.Connection) -> None:
+    # The embeddings' size bound takes from the namespace holding the most, as the entries' does.
+    # Vectors stored before hold '' (their key is a digest: the namespace cannot be recovered) and
+    # go first.
+    db.execute("ALTER TABLE embeddings ADD COLUMN namespace TEXT NOT NULL DEFAULT ''")
+    db.execute("DROP INDEX embeddings_last_use")
+    db.execute("CREATE INDEX embeddings_namespace_recency ON embeddings(namespace, last_use)")
+    db.execute(
+        "CREATE TABLE embedding_namespace_sizes (namespace TEXT PRIMARY KEY, embeddings INTEGER NOT NULL) WITHOUT ROWID"
+    )
+    db.execute("INSERT INTO embedding_namespace_sizes SELECT namespace, count(*) FROM embeddings GROUP BY namespace")
+    db.execute(
+        """CREATE TRIGGER embeddings_counted AFTER INSERT ON embeddings BEGIN
+            INSERT INTO embedding_namespace_sizes VALUES (new.namespace, 1)
+                ON CONFLICT (namespace) DO UPDATE SET embeddings = embeddings + 1;
+        END"""
+    )
+    db.execute(
+        """CREATE TRIGGER embeddings_uncounted AFTER DELETE ON embeddings BEGIN
+            UPDATE embedding_namespace_sizes SET embeddings = embeddings - 1 WHERE namespace = old.namespace;
+            DELETE FROM embedding_namespace_sizes WHERE namespace = old.namespace AND embeddings <= 0;
+        END"""
+    )
+    db.execute(
+        """CREATE TRIGGER embeddings_recounted AFTER UPDATE OF namespace ON embeddings
+            WHEN old.namespace <> new.namespace BEGIN
+            UPDATE embedding_namespace_sizes SET embeddings = embeddings - 1 WHERE namespace = old.namespace;
+            DELETE FROM embedding_namespace_sizes WHERE namespace = old.namespace AND embeddings <= 0;
+            INSERT INTO embedding_namespace_sizes VALUES (new.namespace, 1)
+                ON CONFLICT (namespace) DO UPDATE SET embeddings = embeddings + 1;
+        END"""
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _m001_entries,
     _m002_feedback_and_namespace_config,
@@ -141,6 +175,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _m005_evidence,
     _m006_embeddings,
     _m007_namespace_sizes,
+    _m008_embedding_namespaces,
 ]
 
 
@@ -600,12 +635,20 @@ class SQLiteStore:
                 )
         return found
 
-    async def put_embeddings(self, items: dict[str, bytes], now: float, expires_at: float | None) -> None:
-        rows = [(key, vector, expires_at, now) for key, vector in items.items()]
+    async def put_embeddings(
+        self, namespace: str, items: dict[str, bytes], now: float, expires_at: float | None
+    ) -> None:
+        rows = [(key, vector, expires_at, now, namespace) for key, vector in items.items()]
 
         def write() -> None:
             with _transaction(self.db):  # entries untouched: the point reads stay
-                self.db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)", rows)
+                # An upsert, not a REPLACE: a REPLACE's delete would not fire the counting trigger.
+                self.db.executemany(
+                    "INSERT INTO embeddings (key, vector, expires_at, last_use, namespace) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET vector = excluded.vector, expires_at = excluded.expires_at, "
+                    "last_use = excluded.last_use, namespace = excluded.namespace",
+                    rows,
+                )
 
         if rows:
             await self._call(write)
@@ -614,12 +657,27 @@ class SQLiteStore:
         return await self._call(self._delete_counted, "DELETE FROM embeddings WHERE expires_at <= ?", (now,))
 
     async def evict_embeddings(self, keep: int) -> int:
-        return await self._call(
-            self._delete_counted,
-            "DELETE FROM embeddings WHERE key IN (SELECT key FROM embeddings ORDER BY last_use ASC "
-            "LIMIT max((SELECT count(*) FROM embeddings) - ?, 0))",
-            (keep,),
-        )
+        return await self._call(self._evict_embeddings, keep)
+
+    def _evict_embeddings(self, keep: int) -> int:
+        sizes = dict(self.db.execute("SELECT namespace, embeddings FROM embedding_namespace_sizes").fetchall())
+        surplus = sum(sizes.values()) - keep
+        if surplus <= 0:
+            return 0
+        # Vectors stored before namespaces were kept go first, then the fair cuts of the others.
+        unknown = min(sizes.pop("", 0), surplus)
+        cuts = fair_cuts(sizes, keep) if surplus > unknown else {}
+        if unknown:
+            cuts[""] = unknown
+        evicted = 0
+        with _transaction(self.db):  # entries untouched: the point reads stay
+            for namespace, cut in cuts.items():
+                evicted += self.db.execute(
+                    "DELETE FROM embeddings WHERE key IN (SELECT key FROM embeddings WHERE namespace = ? "
+                    "ORDER BY last_use ASC, key ASC LIMIT ?)",
+                    (namespace, cut),
+                ).rowcount
+        return int(evicted)
 
     def _delete_counted(self, sql: str, params: tuple[object, ...]) -> int:
         with _transaction(self.db):  # entries untouched: the point reads stay
