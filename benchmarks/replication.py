@@ -62,7 +62,7 @@ from semcache.entries import CacheEntry
 from semcache.index import ScopedVectorIndex
 from semcache.replication import Replica
 from semcache.stats import Stats
-from semcache.stores.redis import RedisStore, _entry_fields
+from semcache.stores.redis import RedisStore
 from testkit.fakes import HashingEmbedder
 from testkit.plots import pyplot
 from testkit.redis_server import RedisServer
@@ -137,25 +137,11 @@ def entry_batches(first: int, count: int, seed: int, now: float) -> Iterator[lis
         yield batch
 
 
-def _put_args(store: RedisStore, entry: CacheEntry) -> list[Any]:
-    """The arguments ``RedisStore.put`` passes to its Lua script, for the same entry."""
-    fields: list[Any] = []
-    for name, value in _entry_fields(entry).items():
-        fields += [name, value]
-    expires_ms = "" if entry.expires_at is None else str(int(entry.expires_at * 1000))
-    last_access = entry.last_access or entry.created_at
-    return [store.prefix, store.feed_max_len, store.origin, entry.exact_key, expires_ms, last_access, *fields]
-
-
 async def bulk_put(store: RedisStore, entries: list[CacheEntry]) -> None:
-    """Write entries through the store's own put script (same keys, same feed events as
-    ``RedisStore.put``), ``LOAD_BATCH`` scripts per pipelined round trip instead of one each."""
-    script = store._put  # the script ``put`` runs: a benchmark shortcut, not an API
+    """Write entries through the store's own pipelined put (same keys, same feed events as
+    ``RedisStore.put``), ``LOAD_BATCH`` entries per round trip."""
     for start in range(0, len(entries), LOAD_BATCH):
-        async with store._redis.pipeline(transaction=False) as pipe:
-            for entry in entries[start : start + LOAD_BATCH]:
-                await script(args=_put_args(store, entry), client=pipe)
-            await pipe.execute()
+        await store.put_many(entries[start : start + LOAD_BATCH])
 
 
 async def load_entries(
