@@ -1115,6 +1115,10 @@ def _check_entries(rig: Rig, acknowledged: dict[tuple[str, str, str], str], resu
         for target in range(len(rig.targets)):
             result.reasked += 1
             response = rig.ask(target, namespace, messages)
+            for _ in range(3):  # explored: answered from the upstream to learn, the entry kept; ask again
+                if response.headers.get("x-semcache-explored") != "true":
+                    break
+                response = rig.ask(target, namespace, messages)
             served = response.json()["choices"][0]["message"]["content"] if response.status_code == 200 else None
             if response.headers.get("x-semcache") != "hit" or served != acknowledged[(namespace, _scope, prompt)]:
                 result.reask_failures += 1

@@ -112,6 +112,7 @@ def assert_fast(probes: Probes) -> None:
     for name, times in (("/healthz", health), ("an exact hit", asks)):
         ordered = sorted(times)
         summary = f"{len(times)} probes, median {statistics.median(times):.3f} s, slowest {ordered[-3:]}"
+        print(f"{name}: {summary}")  # shown by pytest -rP
         assert statistics.median(times) < 0.1, f"{name} was slow during the flood: {summary}"
         assert ordered[-1] < 1.0, f"{name} was held up during the flood: {summary}"
 

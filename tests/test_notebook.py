@@ -109,7 +109,7 @@ def test_make_notebook_runs_on_the_shipped_sample_and_leaves_no_files(tmp_path: 
     at_policy = re.search(rf"160 pairs, 160 in script 'latin'; at the configured threshold {settings.threshold}: "
                           r"precision ([0-9.]+), recall ([0-9.]+)", shown)  # fmt: skip
     assert at_policy, shown
-    assert float(at_policy[1]) < 0.9  # the look-alikes cost the shipped settings precision: not an easy sample
+    assert float(at_policy[1]) < 0.95  # the look-alikes cost the shipped settings precision: not an easy sample
     assert re.search(r"Threshold 0\.\d+: precision|No threshold reaches precision 0.95", shown)
     assert re.search(r"\d+ non-duplicates pass the guards at 0\.\d+ \(before verification\)", shown)
     assert "learned line" in shown and "fixed threshold" in shown
