@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,7 +63,7 @@ from .quality_vs_gptcache import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("embedder", "http", "gptcache", "litellm", "index")
+PARTS = ("embedder", "http", "lag", "gptcache", "litellm", "index", "start")
 RESULT_KEYS = {"http": "semcache"}  # where a part's results go, when not under its own name
 ONNX_EXPORTS = ROOT / "benchmarks" / "results" / ".models"
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment values never written to the results
@@ -84,6 +85,9 @@ class Options:
     index_queries: int = 500
     index_threads: int = 0  # FAISS threads for building; 0: every core
     embed_rounds: int = 3
+    lag_seconds: float = 20.0  # the mixed load /healthz is polled under
+    start_entries: int = 1_000_000  # entries in the data folder the start is timed on
+    starts: int = 3  # timed starts, after one untimed
     skip: set[str] = field(default_factory=set)
     build_venvs: bool = True  # False: use the GPTCache/LiteLLM venvs only if they are already built
     litellm_cache: CacheType = "local"
@@ -102,6 +106,9 @@ class Options:
             index_sizes=[2_000],
             index_queries=100,
             embed_rounds=1,
+            lag_seconds=3.0,
+            start_entries=2_000,
+            starts=1,
             build_venvs=False,
         )
 
@@ -109,7 +116,8 @@ class Options:
         """``quick``, ``full`` (every default, every part) or ``custom``."""
         if self.quick:
             return "quick"
-        measured = ("concurrency", "requests", "miss_requests", "per_client", "upstream_delay_ms", "index_sizes")
+        measured = ("concurrency", "requests", "miss_requests", "per_client", "upstream_delay_ms", "index_sizes",
+                    "lag_seconds", "start_entries")
         defaults = Options(self.out)
         same = all(getattr(self, name) == getattr(defaults, name) for name in measured)
         return "full" if same and not self.skip else "custom"
@@ -156,9 +164,11 @@ def run(options: Options) -> dict[str, Any]:
     parts: list[tuple[str, Callable[[Run, Workload, Progress], None]]] = [
         ("embedder", part_embedder),
         ("http", part_http),
+        ("lag", part_lag),
         ("gptcache", part_gptcache),
         ("litellm", part_litellm),
         ("index", part_index),
+        ("start", part_start),
     ]
     with progress_bar() as progress:
         for name, part in parts:
@@ -394,6 +404,42 @@ async def _warm_up(pool: list[HttpClient], chat: str, workload: Workload) -> Non
     """Connect every client, and run both lookup paths once, before anything is timed."""
     for prompts in (workload.stored, workload.paraphrases):
         await run_phase(pool, chat, prompts, requests=max(len(pool), 5), expect="", outcome_of=semcache_outcome)
+
+
+# --- the event loop under mixed load -----------------------------------------------------------
+
+
+def part_lag(state: Run, workload: Workload, progress: Progress) -> None:
+    """``/healthz`` polled every 20 ms while 16 clients get semantic hits, 4 send misses and 2
+    stream hits (``benchmarks.loop_lag``), on a semcache of its own."""
+    from .loop_lag import run as run_lag
+
+    options = state.options
+    task = progress.add_task(f"event loop: {options.lag_seconds:g} s of mixed load", total=None)
+    result = run_lag(options.lag_seconds, options.upstream_delay_ms, env=options.semcache_env,
+                     log_path=options.out / "semcache-lag.log")  # fmt: skip
+    progress.remove_task(task)
+    state.results["lag"] = result
+
+
+# --- start-up on a large data folder ------------------------------------------------------------
+
+
+def part_start(state: Run, workload: Workload, progress: Progress) -> None:
+    """``semcache serve`` on a data folder of ``start_entries`` synthetic entries (embedded store and
+    index snapshot) to ``/healthz`` 200 (``benchmarks.startup``). The folder is built once and kept
+    (in quick mode, built in the run's own folder)."""
+    from .startup import data_folder
+    from .startup import run as run_start
+
+    options = state.options
+    folder = options.out / "start-data" if options.quick else data_folder(options.start_entries)
+    task = progress.add_task(f"start: {options.start_entries:,} entries", total=None)
+    state.results["start"] = run_start(options.start_entries, options.starts, options.semcache_env,
+                                       log=options.out / "semcache-start.log", folder=folder)  # fmt: skip
+    progress.remove_task(task)
+    if options.quick:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- GPTCache -----------------------------------------------------------------------------------
