@@ -339,33 +339,63 @@ class ScopedVectorIndex:
     def load(self, folder: Path, *, embedding_model: str) -> dict[str, Any] | None:
         """Load a snapshot if one exists and fits this model; returns its metadata, or None if
         none was loaded."""
-        path = folder / "snapshot.npz"
-        if not path.exists():
+        return self.install(read_snapshot(folder), embedding_model=embedding_model)
+
+    def install(self, snapshot: Snapshot | None, *, embedding_model: str) -> dict[str, Any] | None:
+        """Take ``snapshot`` (``read_snapshot``'s) as the whole index if it fits this index and
+        model; returns its metadata, or None if it was not taken."""
+        if snapshot is None or not snapshot.fits(self.dimension, embedding_model):
             return None
-        with np.load(path, allow_pickle=False) as data:
-            manifest = json.loads(data["manifest"].tobytes())
-            if (
-                manifest.get("version") != SNAPSHOT_VERSION
-                or manifest.get("dimension") != self.dimension
-                or manifest.get("embedding_model") != embedding_model
-            ):
-                return None
-            partitions: dict[str, _Partition] = {}
-            for item in manifest["partitions"]:
-                index = faiss.deserialize_index(data[f"p{item['key']}"])  # already an IndexIDMap2
-                partitions[item["scope"]] = _Partition(index, item["kind"], set(data[f"t{item['key']}"].tolist()))
         with self._lock:
-            self._partitions = partitions
-            self._scope_of = {}
-            for scope, partition in partitions.items():
-                for entry_id in faiss.vector_to_array(partition.index.id_map):
-                    if int(entry_id) not in partition.tombstones:
-                        self._scope_of[int(entry_id)] = scope
+            self._partitions = snapshot.partitions
+            self._scope_of = snapshot.scope_of
+        manifest = snapshot.manifest
         return {**(manifest.get("metadata") or {}), "complete": manifest.get("complete", True)}
 
     def ids(self) -> set[int]:
         with self._lock:
             return set(self._scope_of)
+
+
+@dataclass
+class Snapshot:
+    """A saved index read from disk, not yet installed: reading it (the long part) needs neither
+    the index nor the embedding model, so it can run while the model loads."""
+
+    manifest: dict[str, Any]
+    partitions: dict[str, _Partition]
+    scope_of: dict[int, str]
+
+    def fits(self, dimension: int, embedding_model: str) -> bool:
+        manifest = self.manifest
+        return (
+            manifest.get("version") == SNAPSHOT_VERSION
+            and manifest.get("dimension") == dimension
+            and manifest.get("embedding_model") == embedding_model
+        )
+
+
+def read_snapshot(folder: Path) -> Snapshot | None:
+    """The snapshot saved in ``folder``, or None if there is none (or one of another version).
+    Blocking and long for a large index: run it in a worker thread."""
+    path = folder / "snapshot.npz"
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        manifest = json.loads(data["manifest"].tobytes())
+        if manifest.get("version") != SNAPSHOT_VERSION:
+            return Snapshot(manifest, {}, {})
+        partitions: dict[str, _Partition] = {}
+        for item in manifest["partitions"]:
+            index = faiss.deserialize_index(data[f"p{item['key']}"])  # already an IndexIDMap2
+            partitions[item["scope"]] = _Partition(index, item["kind"], set(data[f"t{item['key']}"].tolist()))
+    scope_of: dict[int, str] = {}
+    for scope, partition in partitions.items():
+        ids = faiss.vector_to_array(partition.index.id_map)
+        if partition.tombstones:
+            ids = ids[~np.isin(ids, np.fromiter(partition.tombstones, dtype=np.int64))]
+        scope_of.update(dict.fromkeys(ids.tolist(), scope))  # whole arrays: no Python loop per id
+    return Snapshot(manifest, partitions, scope_of)
 
 
 def _search_one_thread(index: Any, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
