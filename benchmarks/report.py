@@ -479,8 +479,15 @@ def _start_section(results: dict[str, Any]) -> str:
         f"{part.get('model_export')}.",
         "",
         _table(
-            ["starts (s)", "p50 s", "first request after"],
-            [[", ".join(map(str, part["ready_s"])), part["ready_p50_s"], ", ".join(map(str, part["first_request"]))]],
+            ["starts (s)", "p50 s", "CPU s at ready (all threads)", "first request after"],
+            [
+                [
+                    ", ".join(map(str, part["ready_s"])),
+                    part["ready_p50_s"],
+                    ", ".join(map(str, part.get("cpu_s", []))),
+                    ", ".join(map(str, part["first_request"])),
+                ]
+            ],
         ),
     ]
     return "## Start-up on a large data folder\n\n" + "\n".join(lines)
