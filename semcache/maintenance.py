@@ -37,9 +37,11 @@ async def restore_index(
     embedder: BatchingEmbedder,
     snapshot_dir: Path,
     snapshot: Awaitable[Snapshot | None] | None = None,
+    stored_ids: Awaitable[set[int]] | None = None,
 ) -> dict[str, Any]:
     """Bring ``index`` up to date with the embedded store; returns what it did, for the logs.
-    ``snapshot``: the saved index, being read already (``read_snapshot_soon``), else read here."""
+    ``snapshot``: the saved index, being read already (``read_snapshot_soon``), else read here;
+    ``stored_ids``: the store's ids, being read already, else read here."""
     started = time.monotonic()
     model = embedder.embedder.name
     previous = await store.get_meta(_MODEL_META_KEY)
@@ -53,7 +55,7 @@ async def restore_index(
         loaded = await load_snapshot(index, snapshot_dir, model) is not None
     else:
         loaded = index.install(await snapshot, embedding_model=model) is not None
-    report: dict[str, Any] = {"snapshot_loaded": loaded, **await reconcile_index(store, index)}
+    report: dict[str, Any] = {"snapshot_loaded": loaded, **await reconcile_index(store, index, stored_ids)}
     report["seconds"] = round(time.monotonic() - started, 3)
     log.info("index restored", extra=report)  # fields, not a dict in the message
     return report
@@ -82,10 +84,12 @@ def read_snapshot_soon(snapshot_dir: Path) -> asyncio.Task[Snapshot | None]:
     return asyncio.create_task(read(), name="semcache-read-snapshot")
 
 
-async def reconcile_index(store: IndexSource, index: ScopedVectorIndex) -> dict[str, int]:
+async def reconcile_index(
+    store: IndexSource, index: ScopedVectorIndex, stored_ids: Awaitable[set[int]] | None = None
+) -> dict[str, int]:
     """Drop from ``index`` what the store no longer has, and add what it lacks from the stored
-    vectors (nothing is re-embedded)."""
-    stored = await store.stored_ids()
+    vectors (nothing is re-embedded). ``stored_ids``: the store's ids, if being read already."""
+    stored = await (stored_ids if stored_ids is not None else store.stored_ids())
     stale, missing = await asyncio.to_thread(_differences, stored, index)  # a million ids take a while
     if stale:
         await asyncio.to_thread(index.remove, stale)

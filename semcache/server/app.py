@@ -258,8 +258,16 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
     # What needs no model starts at once, in threads of its own, while the model loads.
     tokens = asyncio.create_task(asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken"))
     snapshot = read_snapshot_soon(snapshot_dir) if settings.store != "redis" else None
+    stored_ids: asyncio.Task[set[int]] | None = None
     cleanup.push_async_callback(_cancel, tokens, snapshot)
     try:
+        if settings.store != "redis":
+            embedded = SQLiteStore(settings.data_dir / "entries.sqlite3")
+            cleanup.push_async_callback(embedded.close)
+            await embedded.open()
+            # Nothing writes before the pipeline exists: the ids read now are the ones to reconcile with.
+            stored_ids = asyncio.create_task(embedded.stored_ids())
+            cleanup.push_async_callback(_cancel, stored_ids)
         if state.upstream is None:
             state.upstream = await asyncio.to_thread(_local_upstream, settings, state.metrics)
         upstream = state.upstream
@@ -291,10 +299,8 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             await state.replica.join()  # Redis down: start as a plain proxy; the replica catches up later
             await _share_template_file(state.replica, templates, live_templates)
         else:
-            store = evidence_store = SQLiteStore(settings.data_dir / "entries.sqlite3")
-            cleanup.push_async_callback(store.close)
-            await store.open()
-            await restore_index(store, index, batcher, snapshot_dir, snapshot)
+            store = evidence_store = embedded
+            await restore_index(store, index, batcher, snapshot_dir, snapshot, stored_ids)
             for namespace, config in (await store.namespace_configs()).items():
                 policies.set(namespace, config)
             wrong_answers.load(await store.negative_feedback())
