@@ -17,9 +17,11 @@ import logging
 import os
 import threading
 import time
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import faiss as _faiss
 import numpy as np
@@ -381,13 +383,13 @@ def read_snapshot(folder: Path) -> Snapshot | None:
     path = folder / "snapshot.npz"
     if not path.exists():
         return None
-    with np.load(path, allow_pickle=False) as data:
+    with np.load(path, allow_pickle=False) as data, open(path, "rb", buffering=0) as file:
         manifest = json.loads(data["manifest"].tobytes())
         if manifest.get("version") != SNAPSHOT_VERSION:
             return Snapshot(manifest, {}, {})
         partitions: dict[str, _Partition] = {}
         for item in manifest["partitions"]:
-            index = faiss.deserialize_index(data[f"p{item['key']}"])  # already an IndexIDMap2
+            index = _read_partition(data, file, f"p{item['key']}")
             partitions[item["scope"]] = _Partition(index, item["kind"], set(data[f"t{item['key']}"].tolist()))
     scope_of: dict[int, str] = {}
     for scope, partition in partitions.items():
@@ -396,6 +398,43 @@ def read_snapshot(folder: Path) -> Snapshot | None:
             ids = ids[~np.isin(ids, np.fromiter(partition.tombstones, dtype=np.int64))]
         scope_of.update(dict.fromkeys(ids.tolist(), scope))  # whole arrays: no Python loop per id
     return Snapshot(manifest, partitions, scope_of)
+
+
+def _read_partition(data: Any, file: BinaryIO, name: str) -> Any:
+    """The serialized index stored as ``name`` in the open snapshot ``data`` (an ``NpzFile``), read
+    by FAISS straight from ``file`` (the same snapshot): loading the array first, then handing it
+    to FAISS, made two copies of every vector, each slow to fault in for a large index. Its CRC is
+    checked as it is read, as the zip reader would. A member stored otherwise (compressed) takes the
+    array's way."""
+    archive = data.zip
+    info = archive.getinfo(f"{name}.npy")
+    if info.compress_type != zipfile.ZIP_STORED:
+        return faiss.deserialize_index(data[name])  # already an IndexIDMap2
+    file.seek(info.header_offset)
+    local = file.read(30)  # the member's local header: its name's and extra field's lengths end it
+    start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+    file.seek(start)
+    version = np.lib.format.read_magic(file)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read_header(file)
+    if dtype != np.uint8 or len(shape) != 1:
+        raise ValueError(f"the snapshot's {name} is not a serialized index")
+    header = file.tell() - start
+    file.seek(start)
+    crc, left = zlib.crc32(file.read(header)), int(shape[0])  # the CRC covers the .npy header too
+
+    def read(size: int) -> bytes:
+        nonlocal crc, left
+        chunk = file.read(min(size, left))
+        crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+        return chunk
+
+    index = faiss.read_index(faiss.PyCallbackIOReader(read, 1 << 22))  # already an IndexIDMap2
+    if left:
+        read(left)  # what FAISS left unread still counts in the CRC
+    if crc != info.CRC:
+        raise ValueError(f"the snapshot's {name} is damaged (CRC mismatch)")
+    return index
 
 
 def _search_one_thread(index: Any, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
