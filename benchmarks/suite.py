@@ -116,8 +116,16 @@ class Options:
         """``quick``, ``full`` (every default, every part) or ``custom``."""
         if self.quick:
             return "quick"
-        measured = ("concurrency", "requests", "miss_requests", "per_client", "upstream_delay_ms", "index_sizes",
-                    "lag_seconds", "start_entries")
+        measured = (
+            "concurrency",
+            "requests",
+            "miss_requests",
+            "per_client",
+            "upstream_delay_ms",
+            "index_sizes",
+            "lag_seconds",
+            "start_entries",
+        )
         defaults = Options(self.out)
         same = all(getattr(self, name) == getattr(defaults, name) for name in measured)
         return "full" if same and not self.skip else "custom"
