@@ -2,10 +2,12 @@
 
 Examples:
 
-    python -m benchmarks run                                  # full run (the 1M-entry index takes ~15 min)
+    python -m benchmarks run                                  # full run (the 1M-entry index takes ~15 min;
+                                                              # the 1M-entry data folder is built once, minutes)
     python -m benchmarks run --quick                          # end to end in about a minute, tiny sizes
     python -m benchmarks run --index-sizes 10000 100000 --requests 300
     python -m benchmarks run --skip index litellm --out /tmp/bench
+    python -m benchmarks run --only start                     # the 1M-entry start alone
     python -m benchmarks run --embedding-backend onnx-int8    # semcache and the floor on ONNX int8
     python -m benchmarks run --only hit_quality               # hit quality over HTTP alone (opt-in part)
 
@@ -72,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--index-queries", type=int, metavar="N", help="queries per index size (default 500)")
     sub.add_argument("--index-threads", type=int, metavar="N", help="FAISS threads for builds (default: all cores)")
     sub.add_argument("--embed-rounds", type=int, metavar="N", help="passes over the prompts for the embedder floor")
+    sub.add_argument("--lag-seconds", type=float, metavar="S", help="seconds of mixed load for /healthz (default 20)")
+    sub.add_argument("--start-entries", type=int, metavar="N", help="entries for the timed start (default 1000000)")
+    sub.add_argument("--starts", type=int, metavar="N", help="timed starts, after one untimed (default 3)")
     sub.add_argument("--skip", nargs="+", default=[], metavar="PART", help=f"leave out parts: {', '.join(PARTS)}")
     sub.add_argument("--only", nargs="+", default=[], metavar="PART", help="run only these parts")
     sub.add_argument(
@@ -122,6 +127,9 @@ def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser, argv
         "index_queries": args.index_queries,
         "index_threads": args.index_threads,
         "embed_rounds": args.embed_rounds,
+        "lag_seconds": args.lag_seconds,
+        "start_entries": args.start_entries,
+        "starts": args.starts,
         "upstream_delay_ms": tuple(args.upstream_delay_ms) if args.upstream_delay_ms else None,
     }
     for name, value in overrides.items():

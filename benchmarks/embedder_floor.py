@@ -6,7 +6,7 @@
 Loads the embedder from the same settings (``SEMCACHE_*`` environment, ``--config``) and in the
 same way as ``semcache serve``, so a semantic hit's latency and throughput can be read as ratios to
 it. One-prompt time is the median of single-prompt calls. Batched throughput embeds the prompts in
-batches of 8, 16, 32 and 64 (and ``embed_batch_size``), as the server's micro-batcher does under
+batches of 16, 32 and 64 (and ``embed_batch_size``), as the server's micro-batcher does under
 load, and the best of them is the floor: the server's batches are whatever size the load makes
 them. Both are measured on the prompts a semantic hit embeds: the paraphrases the semantic-hit
 phase sends (they are longer than the stored questions, and take longer to embed).
@@ -49,7 +49,7 @@ def describe(settings: Settings, embedder: Embedder) -> dict[str, Any]:
 # Batch sizes the batched throughput is measured at. The floor is the best of them: the server's
 # batches take whatever size the load gives them, and a bigger batch is not always faster per
 # prompt (it runs at the width of its longest text).
-BATCH_SIZES = (8, 16, 32, 64)
+BATCH_SIZES = (16, 32, 64)
 
 
 def measure(embedder: Embedder, prompts: list[str], batch_size: int, rounds: int) -> dict[str, Any]:

@@ -121,42 +121,79 @@ def _target(name: str, goal: str, value: float | None, ok: bool | None, shown: s
     }
 
 
+def _highest(results: dict[str, Any], system: str) -> str | None:
+    levels = _levels(results, system)
+    return max(levels, key=int) if levels else None
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's performance targets, each with the measured value and PASS, MISS or not measured."""
     found = ratios(results)
     batched = (results.get("embedder") or {}).get("batched_texts_per_s")
     one_prompt, floor_source = one_prompt_floor(results)
     exact, semantic = p50(results, "semcache", "exact_hit"), p50(results, "semcache", "semantic_hit")
-    semantic_peak, at = peak_rps(results, "semcache", "semantic_hit")
     lowest = _lowest(results, "semcache") or "1"
+    most = _highest(results, "semcache")
+    at_most_clients = _levels(results, "semcache").get(most or "", {})
+    semantic_at_most = (at_most_clients.get("semantic_hit") or {}).get("throughput_rps")
     over_embed = found["vs_embedder"]["semantic_hit_p50_over_one_prompt_embed"]
-    over_batched = found["vs_embedder"]["semantic_hit_peak_throughput_over_batched_embed"]
+    over_batched = _ratio(semantic_at_most, batched)
+    miss_added = (found["miss_overhead"].get(lowest) or {}).get("added_p50_ms")
+    miss_allowed = None if one_prompt is None else round(2.0 + one_prompt, 2)
+    start = results.get("start") or {}
+    ready = start.get("ready_p50_s")
+    lag = (results.get("lag") or {}).get("healthz") or {}
+    lag_p99 = lag.get("p99_ms")
     gpt = found["vs_gptcache"]
 
     def at_least(value: float | None, goal: float) -> bool | None:
         return None if value is None else value >= goal
 
+    def at_most(value: float | None, goal: float | None) -> bool | None:
+        return None if value is None or goal is None else value <= goal
+
     return [
         _target(
-            f"exact-hit p50 through HTTP ({lowest} client)",
-            "< 2 ms",
-            exact,
-            None if exact is None else exact < 2.0,
-            f"{exact} ms",
-        ),
-        _target(
-            f"semantic-hit p50 through HTTP ({lowest} client) vs embedding one prompt",
-            "≤ ~2×",
+            f"semantic-hit p50 ({lowest} client) over one embedding of the same prompts",
+            "≤ 1.3×",
             over_embed,
-            None if over_embed is None else over_embed <= 2.0,
+            at_most(over_embed, 1.3),
             f"{over_embed}× ({semantic} ms vs {one_prompt} ms, {floor_source})",
         ),
         _target(
-            "semantic-hit throughput vs the embedder's batched throughput",
-            "≥ 70%",
+            f"semantic hits/s at {most} clients over the embedder's best batched rate",
+            "≥ 90%",
             over_batched,
-            at_least(over_batched, 0.7),
-            f"{over_batched:.0%} ({semantic_peak}/s at {at} clients vs {batched}/s)" if over_batched else "",
+            at_least(over_batched, 0.9),
+            f"{over_batched:.0%} ({semantic_at_most}/s vs {batched}/s)" if over_batched else "",
+        ),
+        _target(
+            f"exact-hit p50 ({lowest} client)",
+            "≤ 0.5 ms",
+            exact,
+            at_most(exact, 0.5),
+            f"{exact} ms",
+        ),
+        _target(
+            f"what a miss adds ({lowest} client) beyond the upstream's own time, p50",
+            "≤ 2 ms + one embedding",
+            miss_added,
+            at_most(miss_added, miss_allowed),
+            f"{miss_added} ms (allowed {miss_allowed} ms)",
+        ),
+        _target(
+            f"start on {start.get('entries', 1_000_000):,} entries to /healthz ready, p50",
+            "≤ 5 s",
+            ready,
+            at_most(ready, 5.0),
+            f"{ready} s ({start.get('store')}, {start.get('page_cache', '').split(' (')[0]} page cache)",
+        ),
+        _target(
+            "/healthz p99 under mixed load (polled every 20 ms)",
+            "≤ 20 ms",
+            lag_p99,
+            at_most(lag_p99, 20.0),
+            f"{lag_p99} ms (max {lag.get('max_ms')} ms, {lag.get('count')} polls)",
         ),
         _target(
             "exact hits vs GPTCache, p50",
@@ -212,6 +249,8 @@ def markdown(results: dict[str, Any]) -> str:
         _http_section(results),
         _embedder_section(results),
         _comparison_section(results),
+        _lag_section(results),
+        _start_section(results),
         _index_section(results),
         _hit_quality_section(results),
         _notes_section(results),
@@ -415,6 +454,60 @@ def _setup_line(system: str, part: dict[str, Any]) -> str:
     )
 
 
+def _lag_section(results: dict[str, Any]) -> str:
+    part = results.get("lag", {})
+    if "healthz" not in part:
+        return "## The event loop under mixed load\n\n" + _why_not(part)
+    health = part["healthz"]
+    rows = [
+        [
+            "`/healthz` (every 20 ms)",
+            health.get("count"),
+            health.get("p50_ms"),
+            health.get("p99_ms"),
+            health.get("max_ms"),
+            f"{health.get('over_20ms')} over 20 ms, {health.get('errors')} errors",
+        ]
+    ]
+    for kind, f in part.get("load", {}).items():
+        rows.append([f"{kind} ({f.get('clients')} clients)", f.get("count"), f.get("p50_ms"), f.get("p99_ms"), None,
+                     ", ".join(f"{k} {v}" for k, v in f.get("outcomes", {}).items())])  # fmt: skip
+    intro = (
+        f"`benchmarks.loop_lag`, {part.get('seconds')} s: `/healthz` polled every 20 ms from a thread of its own "
+        "while closed-loop clients get semantic hits (paraphrases of stored prompts), send new prompts (misses, "
+        "the stand-in's delay as above) and stream stored prompts. `/healthz` does no work: its latency is the "
+        "wait for semcache's event loop."
+    )
+    head = ["requests", "count", "p50 ms", "p99 ms", "max ms", "outcomes"]
+    return "## The event loop under mixed load\n\n" + intro + "\n\n" + _table(head, rows)
+
+
+def _start_section(results: dict[str, Any]) -> str:
+    part = results.get("start", {})
+    if "ready_s" not in part:
+        return "## Start-up on a large data folder\n\n" + _why_not(part)
+    sizes = ", ".join(f"{name} {size / 2**20:,.0f} MiB" for name, size in part.get("folder_bytes", {}).items())
+    lines = [
+        f"`benchmarks.startup`: `semcache serve` on a data folder of {part['entries']:,} entries "
+        f"({part.get('store')}; {part.get('entry_bytes')}; {part.get('index')}; {sizes}), from launch to the "
+        f"first 200 of `/healthz` polled every 20 ms. Page cache: {part.get('page_cache')}. Model export: "
+        f"{part.get('model_export')}.",
+        "",
+        _table(
+            ["starts (s)", "p50 s", "CPU s at ready (all threads)", "first request after"],
+            [
+                [
+                    ", ".join(map(str, part["ready_s"])),
+                    part["ready_p50_s"],
+                    ", ".join(map(str, part.get("cpu_s", []))),
+                    ", ".join(map(str, part["first_request"])),
+                ]
+            ],
+        ),
+    ]
+    return "## Start-up on a large data folder\n\n" + "\n".join(lines)
+
+
 def _index_section(results: dict[str, Any]) -> str:
     part = results.get("index", {})
     sizes = [k for k in part if k.isdigit()]
@@ -478,7 +571,7 @@ def _hit_quality_section(results: dict[str, Any]) -> str:
 
 def _notes_section(results: dict[str, Any]) -> str:
     notes = list(results.get("notes", []))
-    for part in ("embedder", "semcache", "gptcache", "litellm", "index", "hit_quality"):
+    for part in ("embedder", "semcache", "lag", "gptcache", "litellm", "index", "start", "hit_quality"):
         if isinstance(results.get(part), dict) and "skipped" in results[part]:
             notes.append(f"{part}: skipped ({results[part]['skipped']})")
     if not notes:

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,9 +63,10 @@ from .quality_vs_gptcache import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("embedder", "http", "gptcache", "litellm", "index", "hit_quality")
-# Parts that run only when named (--only or --with): they take long, and measure hit quality, not speed.
-OPT_IN_PARTS = ("hit_quality",)
+PARTS = ("embedder", "http", "lag", "gptcache", "litellm", "index", "start", "hit_quality")
+# Parts that run only when named (--only or --with): they take long (building a 1M-entry folder
+# takes most of an hour on 2 cores), or measure hit quality, not speed.
+OPT_IN_PARTS = ("start", "hit_quality")
 RESULT_KEYS = {"http": "semcache"}  # where a part's results go, when not under its own name
 ONNX_EXPORTS = ROOT / "benchmarks" / "results" / ".models"
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment values never written to the results
@@ -86,6 +88,9 @@ class Options:
     index_queries: int = 500
     index_threads: int = 0  # FAISS threads for building; 0: every core
     embed_rounds: int = 3
+    lag_seconds: float = 20.0  # the mixed load /healthz is polled under
+    start_entries: int = 1_000_000  # entries in the data folder the start is timed on
+    starts: int = 3  # timed starts, after one untimed
     skip: set[str] = field(default_factory=set)
     chosen: set[str] = field(default_factory=set)  # of OPT_IN_PARTS, the ones asked for
     hit_quality_limit: int | None = hit_quality_http.DEFAULT_LIMIT  # requests per trace; None: whole traces
@@ -107,6 +112,9 @@ class Options:
             index_queries=100,
             embed_rounds=1,
             hit_quality_limit=40,
+            lag_seconds=3.0,
+            start_entries=2_000,
+            starts=1,
             build_venvs=False,
         )
 
@@ -114,7 +122,16 @@ class Options:
         """``quick``, ``full`` (every default, every part) or ``custom``."""
         if self.quick:
             return "quick"
-        measured = ("concurrency", "requests", "miss_requests", "per_client", "upstream_delay_ms", "index_sizes")
+        measured = (
+            "concurrency",
+            "requests",
+            "miss_requests",
+            "per_client",
+            "upstream_delay_ms",
+            "index_sizes",
+            "lag_seconds",
+            "start_entries",
+        )
         defaults = Options(self.out)
         same = all(getattr(self, name) == getattr(defaults, name) for name in measured)
         return "full" if same and not self.skip else "custom"
@@ -161,9 +178,11 @@ def run(options: Options) -> dict[str, Any]:
     parts: list[tuple[str, Callable[[Run, Workload, Progress], None]]] = [
         ("embedder", part_embedder),
         ("http", part_http),
+        ("lag", part_lag),
         ("gptcache", part_gptcache),
         ("litellm", part_litellm),
         ("index", part_index),
+        ("start", part_start),
         ("hit_quality", part_hit_quality),
     ]
     with progress_bar() as progress:
@@ -405,6 +424,42 @@ async def _warm_up(pool: list[HttpClient], chat: str, workload: Workload) -> Non
     """Connect every client, and run both lookup paths once, before anything is timed."""
     for prompts in (workload.stored, workload.paraphrases):
         await run_phase(pool, chat, prompts, requests=max(len(pool), 5), expect="", outcome_of=semcache_outcome)
+
+
+# --- the event loop under mixed load -----------------------------------------------------------
+
+
+def part_lag(state: Run, workload: Workload, progress: Progress) -> None:
+    """``/healthz`` polled every 20 ms while 16 clients get semantic hits, 4 send misses and 2
+    stream hits (``benchmarks.loop_lag``), on a semcache of its own."""
+    from .loop_lag import run as run_lag
+
+    options = state.options
+    task = progress.add_task(f"event loop: {options.lag_seconds:g} s of mixed load", total=None)
+    result = run_lag(options.lag_seconds, options.upstream_delay_ms, env=options.semcache_env,
+                     log_path=options.out / "semcache-lag.log")  # fmt: skip
+    progress.remove_task(task)
+    state.results["lag"] = result
+
+
+# --- start-up on a large data folder ------------------------------------------------------------
+
+
+def part_start(state: Run, workload: Workload, progress: Progress) -> None:
+    """``semcache serve`` on a data folder of ``start_entries`` synthetic entries (embedded store and
+    index snapshot) to ``/healthz`` 200 (``benchmarks.startup``). The folder is built once and kept
+    (in quick mode, built in the run's own folder)."""
+    from .startup import data_folder
+    from .startup import run as run_start
+
+    options = state.options
+    folder = options.out / "start-data" if options.quick else data_folder(options.start_entries)
+    task = progress.add_task(f"start: {options.start_entries:,} entries", total=None)
+    state.results["start"] = run_start(options.start_entries, options.starts, options.semcache_env,
+                                       log=options.out / "semcache-start.log", folder=folder)  # fmt: skip
+    progress.remove_task(task)
+    if options.quick:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- GPTCache -----------------------------------------------------------------------------------

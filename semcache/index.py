@@ -17,9 +17,11 @@ import logging
 import os
 import threading
 import time
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import faiss as _faiss
 import numpy as np
@@ -339,33 +341,100 @@ class ScopedVectorIndex:
     def load(self, folder: Path, *, embedding_model: str) -> dict[str, Any] | None:
         """Load a snapshot if one exists and fits this model; returns its metadata, or None if
         none was loaded."""
-        path = folder / "snapshot.npz"
-        if not path.exists():
+        return self.install(read_snapshot(folder), embedding_model=embedding_model)
+
+    def install(self, snapshot: Snapshot | None, *, embedding_model: str) -> dict[str, Any] | None:
+        """Take ``snapshot`` (``read_snapshot``'s) as the whole index if it fits this index and
+        model; returns its metadata, or None if it was not taken."""
+        if snapshot is None or not snapshot.fits(self.dimension, embedding_model):
             return None
-        with np.load(path, allow_pickle=False) as data:
-            manifest = json.loads(data["manifest"].tobytes())
-            if (
-                manifest.get("version") != SNAPSHOT_VERSION
-                or manifest.get("dimension") != self.dimension
-                or manifest.get("embedding_model") != embedding_model
-            ):
-                return None
-            partitions: dict[str, _Partition] = {}
-            for item in manifest["partitions"]:
-                index = faiss.deserialize_index(data[f"p{item['key']}"])  # already an IndexIDMap2
-                partitions[item["scope"]] = _Partition(index, item["kind"], set(data[f"t{item['key']}"].tolist()))
         with self._lock:
-            self._partitions = partitions
-            self._scope_of = {}
-            for scope, partition in partitions.items():
-                for entry_id in faiss.vector_to_array(partition.index.id_map):
-                    if int(entry_id) not in partition.tombstones:
-                        self._scope_of[int(entry_id)] = scope
+            self._partitions = snapshot.partitions
+            self._scope_of = snapshot.scope_of
+        manifest = snapshot.manifest
         return {**(manifest.get("metadata") or {}), "complete": manifest.get("complete", True)}
 
     def ids(self) -> set[int]:
         with self._lock:
             return set(self._scope_of)
+
+
+@dataclass
+class Snapshot:
+    """A saved index read from disk, not yet installed: reading it (the long part) needs neither
+    the index nor the embedding model, so it can run while the model loads."""
+
+    manifest: dict[str, Any]
+    partitions: dict[str, _Partition]
+    scope_of: dict[int, str]
+
+    def fits(self, dimension: int, embedding_model: str) -> bool:
+        manifest = self.manifest
+        return (
+            manifest.get("version") == SNAPSHOT_VERSION
+            and manifest.get("dimension") == dimension
+            and manifest.get("embedding_model") == embedding_model
+        )
+
+
+def read_snapshot(folder: Path) -> Snapshot | None:
+    """The snapshot saved in ``folder``, or None if there is none (or one of another version).
+    Blocking and long for a large index: run it in a worker thread."""
+    path = folder / "snapshot.npz"
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as data, open(path, "rb", buffering=0) as file:
+        manifest = json.loads(data["manifest"].tobytes())
+        if manifest.get("version") != SNAPSHOT_VERSION:
+            return Snapshot(manifest, {}, {})
+        partitions: dict[str, _Partition] = {}
+        for item in manifest["partitions"]:
+            index = _read_partition(data, file, f"p{item['key']}")
+            partitions[item["scope"]] = _Partition(index, item["kind"], set(data[f"t{item['key']}"].tolist()))
+    scope_of: dict[int, str] = {}
+    for scope, partition in partitions.items():
+        ids = faiss.vector_to_array(partition.index.id_map)
+        if partition.tombstones:
+            ids = ids[~np.isin(ids, np.fromiter(partition.tombstones, dtype=np.int64))]
+        scope_of.update(dict.fromkeys(ids.tolist(), scope))  # whole arrays: no Python loop per id
+    return Snapshot(manifest, partitions, scope_of)
+
+
+def _read_partition(data: Any, file: BinaryIO, name: str) -> Any:
+    """The serialized index stored as ``name`` in the open snapshot ``data`` (an ``NpzFile``), read
+    by FAISS straight from ``file`` (the same snapshot): loading the array first, then handing it
+    to FAISS, made two copies of every vector, each slow to fault in for a large index. Its CRC is
+    checked as it is read, as the zip reader would. A member stored otherwise (compressed) takes the
+    array's way."""
+    archive = data.zip
+    info = archive.getinfo(f"{name}.npy")
+    if info.compress_type != zipfile.ZIP_STORED:
+        return faiss.deserialize_index(data[name])  # already an IndexIDMap2
+    file.seek(info.header_offset)
+    local = file.read(30)  # the member's local header: its name's and extra field's lengths end it
+    start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+    file.seek(start)
+    version = np.lib.format.read_magic(file)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read_header(file)
+    if dtype != np.uint8 or len(shape) != 1:
+        raise ValueError(f"the snapshot's {name} is not a serialized index")
+    header = file.tell() - start
+    file.seek(start)
+    crc, left = zlib.crc32(file.read(header)), int(shape[0])  # the CRC covers the .npy header too
+
+    def read(size: int) -> bytes:
+        nonlocal crc, left
+        chunk = file.read(min(size, left))
+        crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+        return chunk
+
+    index = faiss.read_index(faiss.PyCallbackIOReader(read, 1 << 22))  # already an IndexIDMap2
+    if left:
+        read(left)  # what FAISS left unread still counts in the CRC
+    if crc != info.CRC:
+        raise ValueError(f"the snapshot's {name} is damaged (CRC mismatch)")
+    return index
 
 
 def _search_one_thread(index: Any, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

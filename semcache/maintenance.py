@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from .embedders import BatchingEmbedder
 from .embedders.routing import EmbeddingRoutes
 from .entries import PendingAccesses
 from .errors import StoreUnavailable
-from .index import ScopedVectorIndex
+from .index import ScopedVectorIndex, Snapshot, read_snapshot
 from .language import detect_script
 from .protocols import EmbeddingStore, EvidenceStore, IndexSource, ReembeddableStore, SweptStore
 
@@ -32,9 +32,16 @@ _MODEL_META_KEY = "embedding_model"
 
 
 async def restore_index(
-    store: ReembeddableStore, index: ScopedVectorIndex, embedder: BatchingEmbedder, snapshot_dir: Path
+    store: ReembeddableStore,
+    index: ScopedVectorIndex,
+    embedder: BatchingEmbedder,
+    snapshot_dir: Path,
+    snapshot: Awaitable[Snapshot | None] | None = None,
+    stored_ids: Awaitable[set[int]] | None = None,
 ) -> dict[str, Any]:
-    """Bring ``index`` up to date with the embedded store; returns what it did, for the logs."""
+    """Bring ``index`` up to date with the embedded store; returns what it did, for the logs.
+    ``snapshot``: the saved index, being read already (``read_snapshot_soon``), else read here;
+    ``stored_ids``: the store's ids, being read already, else read here."""
     started = time.monotonic()
     model = embedder.embedder.name
     previous = await store.get_meta(_MODEL_META_KEY)
@@ -44,8 +51,11 @@ async def restore_index(
         await store.clear_evidence(None)
         log.warning("embedding models changed: the error budgets start again from the threshold")
     await store.set_meta(_MODEL_META_KEY, model)
-    loaded = await load_snapshot(index, snapshot_dir, model) is not None
-    report: dict[str, Any] = {"snapshot_loaded": loaded, **await reconcile_index(store, index)}
+    if snapshot is None:
+        loaded = await load_snapshot(index, snapshot_dir, model) is not None
+    else:
+        loaded = index.install(await snapshot, embedding_model=model) is not None
+    report: dict[str, Any] = {"snapshot_loaded": loaded, **await reconcile_index(store, index, stored_ids)}
     report["seconds"] = round(time.monotonic() - started, 3)
     log.info("index restored", extra=report)  # fields, not a dict in the message
     return report
@@ -60,13 +70,27 @@ async def load_snapshot(index: ScopedVectorIndex, snapshot_dir: Path, model: str
         return None
 
 
-async def reconcile_index(store: IndexSource, index: ScopedVectorIndex) -> dict[str, int]:
+def read_snapshot_soon(snapshot_dir: Path) -> asyncio.Task[Snapshot | None]:
+    """Start reading the saved index in a worker thread, for ``restore_index``: the longest part
+    of a start on a large cache, it needs no model, so it runs while the model loads."""
+
+    async def read() -> Snapshot | None:
+        try:
+            return await asyncio.to_thread(read_snapshot, snapshot_dir)
+        except Exception:  # a damaged snapshot only costs time: the store has everything
+            log.exception("could not load the index snapshot; rebuilding the index from the store")
+            return None
+
+    return asyncio.create_task(read(), name="semcache-read-snapshot")
+
+
+async def reconcile_index(
+    store: IndexSource, index: ScopedVectorIndex, stored_ids: Awaitable[set[int]] | None = None
+) -> dict[str, int]:
     """Drop from ``index`` what the store no longer has, and add what it lacks from the stored
-    vectors (nothing is re-embedded)."""
-    stored = await store.stored_ids()
-    indexed = index.ids()
-    stale = [i for i in indexed if i not in stored]
-    missing = sorted(i for i in stored if i not in indexed)
+    vectors (nothing is re-embedded). ``stored_ids``: the store's ids, if being read already."""
+    stored = await (stored_ids if stored_ids is not None else store.stored_ids())
+    stale, missing = await asyncio.to_thread(_differences, stored, index)  # a million ids take a while
     if stale:
         await asyncio.to_thread(index.remove, stale)
     for start in range(0, len(missing), 10_000):
@@ -75,6 +99,12 @@ async def reconcile_index(store: IndexSource, index: ScopedVectorIndex) -> dict[
         if len(missing) > 10_000:
             log.info("indexed %d/%d stored entries", min(start + 10_000, len(missing)), len(missing))
     return {"entries": len(stored), "added": len(missing), "removed": len(stale)}
+
+
+def _differences(stored: set[int], index: ScopedVectorIndex) -> tuple[list[int], list[int]]:
+    """(indexed but not stored, stored but not indexed, in order)."""
+    indexed = index.ids()
+    return list(indexed - stored), sorted(stored - indexed)
 
 
 def _add_grouped(index: ScopedVectorIndex, ids: list[int], scopes: list[str], vectors: np.ndarray) -> None:

@@ -250,3 +250,20 @@ async def test_an_operator_can_forget_one_namespaces_evidence(tmp_path: Path) ->
     assert budgets.keys() == [("kept", "latin")]
     assert set(await store.evidence()) == {("kept", "latin")}
     await store.close()
+
+
+def test_a_label_moves_the_line_in_the_labelling_task_not_in_the_next_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup reads a line worked out already: the label that moved it paid for the work."""
+    budgets = ErrorBudgets(rng=random.Random(3))
+    replay(budgets, midpoint=0.62, lookups=3000)
+    before = budgets.line("ns", "latin", RULE)
+    for _ in range(60):
+        budgets.label("ns", "latin", 0.93, False, "explored")  # wrong answers well above the line
+    worked_out: list[float] = []
+    learned = budgets._learned_line
+    monkeypatch.setattr(budgets, "_learned_line", lambda *args: worked_out.append(1) or learned(*args))
+    after = budgets.line("ns", "latin", RULE)
+    assert worked_out == []  # the lookup computed nothing
+    fresh = ErrorBudgets(rng=random.Random(3))
+    fresh.load({("ns", "latin"): budgets.pending_batch().deltas[("ns", "latin")]})  # type: ignore[union-attr]
+    assert after == fresh.line("ns", "latin", RULE) and after > before

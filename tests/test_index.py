@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import zipfile
 from pathlib import Path
 
 import faiss
 import numpy as np
 import pytest
 
-from semcache.index import RebuildProgress, ScopedVectorIndex
+from semcache.index import RebuildProgress, ScopedVectorIndex, read_snapshot
 
 DIM = 32
 MODEL = "test-model"
@@ -407,3 +408,31 @@ def test_a_search_uses_one_thread_and_leaves_the_callers_setting_alone() -> None
     worker.start()
     worker.join()
     assert seen == [(7, 2)]
+
+
+def test_a_snapshot_read_straight_into_faiss_is_the_saved_index_and_a_damaged_one_is_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((300, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = ScopedVectorIndex(8, hnsw_min_entries=100)
+    index.add("big", np.arange(1, 201), vectors[:200])
+    index.rebuild("big")  # HNSW
+    index.add("small", np.arange(201, 301), vectors[200:])
+    index.remove([5])
+    index.save(tmp_path, embedding_model="m")
+
+    loaded = ScopedVectorIndex(8, hnsw_min_entries=100)
+    assert loaded.install(read_snapshot(tmp_path), embedding_model="m") is not None
+    assert loaded.ids() == set(range(1, 301)) - {5}
+    for row in (0, 150, 250):
+        scope = "big" if row < 200 else "small"
+        assert loaded.search(scope, vectors[row])[0] == index.search(scope, vectors[row])[0]
+
+    path = tmp_path / "snapshot.npz"
+    with zipfile.ZipFile(path) as archive:
+        small = archive.getinfo("p1.npy")  # the flat partition: its vectors start near its beginning
+    damaged = bytearray(path.read_bytes())
+    damaged[small.header_offset + 1500] ^= 0xFF  # a bit of a vector, which only the CRC can tell
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(ValueError, match="damaged"):
+        read_snapshot(tmp_path)

@@ -267,10 +267,20 @@ class ErrorBudgets:
             self._evidence.setdefault(key, _Evidence()).add(counts)
             self._deltas.setdefault(key, Counter()).update(counts)
             self._unseen[key] += 1
-            # A label can move the line; traffic moves it little, so lines are redone every so often.
-            if self._unseen[key] >= _RECOMPUTE_EVERY or any(name[0] in "cw" for name in counts):
+            # A label can move the line: it is redone now, in the labelling task, rather than by the
+            # next lookup. Traffic moves it little, so lines are redone every so often.
+            if any(name[0] in "cw" for name in counts):
+                self._unseen[key] = 0
+                self._relearn_lines(namespace, language)
+            elif self._unseen[key] >= _RECOMPUTE_EVERY:
                 self._unseen[key] = 0
                 self._forget_lines(namespace, language)
+
+    def _relearn_lines(self, namespace: str, language: str) -> None:
+        """Work out again the lines in use for this namespace and script (with the lock held)."""
+        evidence = self._evidence[(namespace, language)]
+        for key in [k for k in self._lines if k[0] == namespace and k[1] == language]:
+            self._lines[key] = self._learned_line(evidence, key[2])
 
     def _forget_lines(self, namespace: str, language: str | None) -> None:
         for key in [k for k in self._lines if k[0] == namespace and language in (None, k[1])]:

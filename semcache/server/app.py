@@ -24,7 +24,7 @@ from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
 from ..limits import RateLimiter
 from ..logs import Redactor, bind_request_id
-from ..maintenance import Maintenance, restore_index
+from ..maintenance import Maintenance, read_snapshot_soon, restore_index
 from ..management import EntryAdmin
 from ..metrics import Metrics, Readings
 from ..observer import FanOut
@@ -268,7 +268,20 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
     """Load the model, open the store and restore the index; /healthz turns 200 once done."""
     settings = state.settings
     cleanup = AsyncExitStack()  # closes what was opened if loading stops half-way
+    snapshot_dir = settings.data_dir / "faiss"
+    # What needs no model starts at once, in threads of its own, while the model loads.
+    tokens = asyncio.create_task(asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken"))
+    snapshot = read_snapshot_soon(snapshot_dir) if settings.store != "redis" else None
+    stored_ids: asyncio.Task[set[int]] | None = None
+    cleanup.push_async_callback(_cancel, tokens, snapshot)
     try:
+        if settings.store != "redis":
+            embedded = SQLiteStore(settings.data_dir / "entries.sqlite3")
+            cleanup.push_async_callback(embedded.close)
+            await embedded.open()
+            # Nothing writes before the pipeline exists: the ids read now are the ones to reconcile with.
+            stored_ids = asyncio.create_task(embedded.stored_ids())
+            cleanup.push_async_callback(_cancel, stored_ids)
         if state.upstream is None:
             state.upstream = await asyncio.to_thread(_local_upstream, settings, state.metrics)
         upstream = state.upstream
@@ -281,7 +294,6 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         )
         cleanup.push_async_callback(batcher.close)
         index = ScopedVectorIndex(model.dimension, hnsw_min_entries=settings.hnsw_min_entries)
-        snapshot_dir = settings.data_dir / "faiss"
         # What the shared settings change: with Redis, another replica's feedback, namespace
         # settings and templates reach the request path through these.
         policies = NamespacePolicies(default_policy(settings))
@@ -301,14 +313,11 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             await state.replica.join()  # Redis down: start as a plain proxy; the replica catches up later
             await _share_template_file(state.replica, templates, live_templates)
         else:
-            store = evidence_store = SQLiteStore(settings.data_dir / "entries.sqlite3")
-            cleanup.push_async_callback(store.close)
-            await store.open()
-            await restore_index(store, index, batcher, snapshot_dir)
+            store = evidence_store = embedded
+            await restore_index(store, index, batcher, snapshot_dir, snapshot, stored_ids)
             for namespace, config in (await store.namespace_configs()).items():
                 policies.set(namespace, config)
             wrong_answers.load(await store.negative_feedback())
-        tokens = await asyncio.to_thread(TokenCounter, settings.data_dir / "tiktoken")
         budgets = ErrorBudgets(
             min_labels=settings.learn_min_labels,
             confidence=settings.learn_confidence,
@@ -321,7 +330,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             embedder=batcher,
             upstream=upstream,
             templates=live_templates,
-            tokens=tokens,
+            tokens=await tokens,
             policies=policies,
             default_ttl_s=settings.ttl_s,
             max_answer_bytes=settings.max_answer_bytes,
@@ -364,7 +373,7 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         )
         if settings.cache_embeddings:
             state.embedding_cache = EmbeddingCache(
-                store, upstream, tokens, policies, default_ttl_s=settings.ttl_s, observer=state.observer,
+                store, upstream, pipeline.tokens, policies, default_ttl_s=settings.ttl_s, observer=state.observer,
                 clock=pipeline.clock,
             )  # fmt: skip
         state.tasks.append(asyncio.create_task(state.maintenance.run_forever(), name="semcache-maintenance"))
@@ -379,6 +388,14 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
         await cleanup.aclose()
         state.load_error = f"{type(exc).__name__}: {exc}"
         log.exception("semcache failed to load")
+
+
+async def _cancel(*tasks: asyncio.Task[Any] | None) -> None:
+    """Stop what loading started and no longer needs (a thread already running finishes alone)."""
+    started = [task for task in tasks if task is not None]
+    for task in started:
+        task.cancel()
+    await asyncio.gather(*started, return_exceptions=True)
 
 
 def _embedded(state: AppState, batch_size: int, seconds: float) -> None:
