@@ -85,7 +85,8 @@ def build(folder: Path, entries: int, env: dict[str, str], log: Path | None = No
     rows = []
     for n in range(entries):
         prompt = f"Question {n}: how do I {' '.join(words.sample(ANSWER_WORDS, 6))}?"
-        key = _keyed(DEFAULT_NAMESPACE, MODEL, prompt, dict(parts), None, has_history=False, system=[])
+        key = _keyed(DEFAULT_NAMESPACE, MODEL, prompt, dict(parts), None, has_history=False, system=[],
+                     template=first.template_scope, max_answer_tokens=first.max_answer_tokens)  # fmt: skip
         if n % 10_000 == 0:  # the shortcut gives the keys a chat request gets
             assert key == request_key(ChatCompletionRequest.model_validate(_body(prompt)), DEFAULT_NAMESPACE)
         answer = " ".join(words.choices(ANSWER_WORDS, k=110))[:600]

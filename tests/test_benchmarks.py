@@ -76,7 +76,7 @@ def test_benchmarks_run_quick_writes_results_and_summary(tmp_path: Path) -> None
     """The one command, as CI runs it. The throwaway GPTCache and LiteLLM venvs are used only when
     already built; either way their part says what happened."""
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "benchmarks", "run", "--quick", "--out", str(out)]
+    command = [sys.executable, "-m", "benchmarks", "run", "--quick", "--with", "start", "--out", str(out)]
     done = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
 

@@ -81,4 +81,4 @@ def test_the_suite_runs_hit_quality_only_when_named(tmp_path: Path) -> None:
     argv = ["run", "--only", "hit_quality", "--hit-quality-limit", "50", "--out", str(tmp_path)]
     only = options_from(parser.parse_args(argv), parser, argv)
     assert only.chosen == {"hit_quality"} and only.hit_quality_limit == 50
-    assert only.skip == {"embedder", "http", "gptcache", "litellm", "index"}
+    assert only.skip == {"embedder", "http", "lag", "gptcache", "litellm", "index", "start"}
