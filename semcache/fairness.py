@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -133,44 +133,6 @@ class FairRecency(Generic[V]):
         self._by_weight = [(-self._weight_of[ns], ns) for ns in self._by_namespace]
         heapq.heapify(self._by_count)
         heapq.heapify(self._by_weight)
-
-
-class BoundedLru(Generic[K, V]):
-    """A mapping of at most ``capacity`` keys; past it, the least recently used goes. Thread-safe
-    for single calls."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Iterator[K]:
-        return iter(list(self._items))
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def __setitem__(self, key: K, value: V) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-
-    def pop(self, key: K) -> V | None:
-        with self._lock:
-            return self._items.pop(key, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
 
 
 class NamespaceLabels:

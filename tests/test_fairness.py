@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from semcache.decision.budget import MAX_BUDGETS, BudgetRule, ErrorBudgets
-from semcache.fairness import OTHER_NAMESPACES, BoundedLru, FairRecency, NamespaceLabels, fair_cuts
+from semcache.fairness import OTHER_NAMESPACES, FairRecency, NamespaceLabels, fair_cuts
 from semcache.limits import RateLimiter
 from semcache.metrics import Metrics
 from semcache.stats import Stats
@@ -56,14 +56,6 @@ def test_fair_recency_stays_fast_with_many_namespaces() -> None:
         values.put(f"v{n}", f"ns{n}", 1)
     assert len(values) == 1000 and values.namespaces() == 1000
     assert len(values._by_count) + len(values._by_weight) <= 4 * 1000 + 64  # the heaps are compacted
-
-
-def test_a_bounded_lru_keeps_the_recently_used() -> None:
-    lru: BoundedLru[str, int] = BoundedLru(3)
-    for n in range(5):
-        lru[f"k{n}"] = n
-        lru.get("k0")
-    assert len(lru) == 3 and lru.get("k0") == 0 and lru.get("k1") is None and lru.get("k4") == 4
 
 
 def test_per_namespace_state_stays_bounded_when_clients_name_fifty_thousand_namespaces() -> None:
