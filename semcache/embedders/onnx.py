@@ -250,6 +250,10 @@ class OnnxEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        # The tokenizer holds the GIL for all of a text, and so every other thread and the event loop:
+        # past what surely fits the window, a text is not read whole, and no hit is served on its vector.
+        readable = 101 * self.max_seq_length
+        texts = [text[:readable] for text in texts]
         if len(texts) == 1:
             return self._run([self._tokenizer.encode(texts[0])])
         encodings = self._tokenizer.encode_batch(list(texts))
