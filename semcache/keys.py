@@ -48,9 +48,14 @@ _SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}]){_SPACE}(?=[{_CJK}{_PUNCT}])|(?<=[{_PU
 # The full-width forms of ASCII (Ａ, １, ？) and the half-width forms of katakana and Hangul, and
 # the ideographic space: the same characters at another width, which NFKC folds.
 _WIDTH_FORMS = re.compile("[\u3000\uff01-\uffee]+")
-# CJK punctuation written as its Chinese or its ASCII form ("接通电话？" and "接通电话?").
-_CJK_PUNCTUATION = str.maketrans({"。": ".", "、": ",", "“": '"', "”": '"', "「": '"', "」": '"', "『": '"',
-                                  "』": '"', "‘": "'", "’": "'", "～": "~", "〜": "~"})  # fmt: skip
+# CJK punctuation written as its Chinese or its ASCII form ("接通电话？" and "接通电话?"). Replaced
+# by a search for the marks, not ``str.translate``, which is slower where there are none and holds
+# the GIL for all of a long text.
+_CJK_PUNCTUATION = {"。": ".", "、": ",", "“": '"', "”": '"', "「": '"', "」": '"', "『": '"', "』": '"',
+                    "‘": "'", "’": "'", "～": "~", "〜": "~"}  # fmt: skip
+_CJK_PUNCTUATION_MARK = re.compile(f"[{''.join(_CJK_PUNCTUATION)}]")
+# A space that is not a line break: cheap to look for before the search for spaces by CJK text.
+_ANY_SPACE = re.compile(_SPACE)
 # A mark that closes a CJK sentence (after the translation above), and is trimmed: one, and not a
 # "!" after a digit or a Latin letter, which may be a factorial or part of a name.
 _CJK_CLOSING_MARK = re.compile(r"(?:[.?~]|(?<![0-9A-Za-z])!)\s*$")
@@ -68,8 +73,13 @@ def normalize(text: str) -> str:
     """
     folded = _WIDTH_FORMS.sub(lambda m: unicodedata.normalize("NFKC", m.group()), unicodedata.normalize("NFC", text))
     if _HAS_CJK.search(folded) and detect_script(folded) != "latin":
-        folded = _SPACE_BY_CJK.sub("", folded.strip()).translate(_CJK_PUNCTUATION)
-        return _CJK_CLOSING_MARK.sub("", folded).strip()
+        folded = folded.strip()
+        if _ANY_SPACE.search(folded):
+            folded = _SPACE_BY_CJK.sub("", folded)
+        folded = _CJK_PUNCTUATION_MARK.sub(lambda mark: _CJK_PUNCTUATION[mark.group()], folded)
+        # Stripped, the text ends in its closing mark if it has one: only its end is searched.
+        end = max(0, len(folded) - 8)
+        return (folded[:end] + _CJK_CLOSING_MARK.sub("", folded[end:])).strip()
     return folded.strip().removesuffix("?").rstrip()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import random
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -113,6 +114,24 @@ def test_a_long_text_in_a_batch_neither_changes_nor_slows_the_short_ones(onnx_fp
     assert cosines(batched, one_by_one).min() > 0.9999
     assert max(widths) == 256 and len(widths) >= 2  # the conversation, truncated to the model's limit, ran apart
     assert sorted(widths)[-2] < 64  # the short prompts were not padded to it
+
+
+def test_a_long_text_is_read_from_its_start_as_the_whole_text_would_be(onnx_fp32: OnnxEmbedder) -> None:
+    """A long text is tokenized by its start only (tokenizing all of it holds the GIL, and so the
+    event loop): its vector, and whether the model reads it whole, are those of the whole text,
+    whatever its words, a word cut where the start ends included."""
+    words = ["hello", "wörld", "東京", "这个问题", "a" * 99, "b" * 150, "e\u0301", "don't", "12345", "🙂", "x" * 5000]
+    readable = 101 * onnx_fp32.max_seq_length
+    for seed in range(40):
+        shuffled = random.Random(seed)
+        text = "".join(shuffled.choice(words) + shuffled.choice([" ", "", "\n", ", "]) for _ in range(2000))
+        whole = onnx_fp32._tokenizer.encode(text[:readable])
+        assert onnx_fp32._tokenizer.encode(onnx_fp32._window(text)).ids == whole.ids, seed
+        assert onnx_fp32.reads_whole(text) is (not whole.overflowing and len(text) <= readable)
+    chinese = "这个问题是什么意思呢" * 50_000
+    assert len(onnx_fp32._window(chinese)) < 10_000  # not all of it
+    assert cosines(onnx_fp32.embed([chinese]), onnx_fp32.embed([chinese[:readable]])).min() > 0.99999
+    assert onnx_fp32.reads_whole("这个问题" * 200) is False and onnx_fp32.reads_whole("这个问题" * 60) is True
 
 
 def test_a_big_batch_runs_as_calls_of_at_most_batch_tokens(onnx_fp32: OnnxEmbedder) -> None:

@@ -245,15 +245,32 @@ class OnnxEmbedder:
     def reads_whole(self, text: str) -> bool:
         """Whether the model reads all of ``text``, not just the start its window holds."""
         surely = surely_whole(text, self.max_seq_length)
-        return surely if surely is not None else not self._tokenizer.encode(text).overflowing
+        if surely is not None:
+            return surely
+        window = self._window(text)
+        return len(window) == len(text) and not self._tokenizer.encode(window).overflowing
+
+    def _window(self, text: str) -> str:
+        """The start of ``text`` that holds all the model reads of it: the same tokens fill its window.
+
+        The tokenizer holds the GIL for all of a text, and so every other thread and the event
+        loop: a long text is tokenized by growing starts until one overflows the window by more
+        than its last word can hold (a cut word changes only its own tokens, at most 100), and past
+        what surely fits the window a text is not read whole, so no hit is served on its vector.
+        """
+        readable = 101 * self.max_seq_length
+        start = 16 * self.max_seq_length
+        while start < min(len(text), readable):
+            encoding = self._tokenizer.encode(text[:start])
+            if sum(len(window.ids) - 2 for window in encoding.overflowing) > 100:  # less [CLS] and [SEP]
+                return text[:start]
+            start *= 4
+        return text[:readable]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        # The tokenizer holds the GIL for all of a text, and so every other thread and the event loop:
-        # past what surely fits the window, a text is not read whole, and no hit is served on its vector.
-        readable = 101 * self.max_seq_length
-        texts = [text[:readable] for text in texts]
+        texts = [self._window(text) for text in texts]
         if len(texts) == 1:
             return self._run([self._tokenizer.encode(texts[0])])
         encodings = self._tokenizer.encode_batch(list(texts))

@@ -157,9 +157,10 @@ class TemplateTier:
     def lookup_exact(self, key: RequestKey, fits: Callable[[str], bool] | None = None) -> Hit | None:
         """A template that admits the request's scope with a phrasing of its prompt, whose answer
         ``fits`` (the request's token limit)."""
-        if key.has_history:
+        if key.has_history or not self._by_phrase:
             return None
-        for template, question in self._by_phrase.get(_phrase_key(key.prompt), []):
+        # The key's normalized prompt: normalizing a long prompt again would hold the event loop.
+        for template, question in self._by_phrase.get(_phrase_key(key.normalized, normalized=True), []):
             if template.admits(key) and (fits is None or fits(template.answer)):
                 return Hit(tier="template", answer=template.answer, matched_prompt=question, similarity=1.0)
         return None
@@ -194,10 +195,11 @@ class TemplateTier:
         return None
 
 
-def _phrase_key(text: str) -> str:
-    """How a prompt matches a template's phrasing exactly: as the exact tier does, and also in any
-    case and spacing. An operator wrote each phrasing for every spelling of that question."""
-    return " ".join(normalize(text).casefold().split())
+def _phrase_key(text: str, *, normalized: bool = False) -> str:
+    """How a prompt matches a template's phrasing exactly: as the exact tier does (``normalized``:
+    ``text`` is in its form already), and also in any case and spacing. An operator wrote each
+    phrasing for every spelling of that question."""
+    return " ".join((text if normalized else normalize(text)).casefold().split())
 
 
 class LiveTemplates:
