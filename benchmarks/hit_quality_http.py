@@ -13,8 +13,9 @@ The upstream is the stand-in (``semcache.testing``), a real HTTP server, told tw
 
 Modes: ``verify`` (the defaults: ``verify: sync``), ``off`` (``SEMCACHE_VERIFY=off``), and
 ``off-boilerplate`` (``off``, with answers that share most of their sentences across topics, as a
-support bot's templated answers do: six stock sentences around one that names two key words of the
-topic, so answers to different questions differ in a few words and read alike to an answer judge).
+support bot's templated answers do: stock sentences around one that names two facts of the topic
+(``BOILERPLATE_SHARE`` of an answer's sentences are common to every topic), so answers to different
+questions differ in a few words and read alike to an answer judge).
 
 A hit is wrong when the answer it served was written for another cluster. Possible hits are the
 requests whose cluster came earlier in the replay. Full answers beyond misses are the upstream's
@@ -34,7 +35,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import random
 import re
 import sys
 import tempfile
@@ -51,8 +51,9 @@ import numpy as np
 
 from semcache.decision.budget import wilson
 from semcache.evaluation.data import DEFAULT_SEED
-from semcache.evaluation.trace import ClusterUpstream, cluster_facts
+from semcache.evaluation.trace import ClusterUpstream
 from semcache.evaluation.verifier import ErringVerifier, looks_alike
+from semcache.evaluation.wording import DEFAULT_COMMON_SHARE
 from semcache.testing.standin_upstream import StandinState, StandinUpstream
 from testkit.plots import pyplot
 from testkit.servers import SemcacheProcess
@@ -89,18 +90,8 @@ MODES = {
     "off-boilerplate": Mode("off-boilerplate", "off", True, "verify: off; answers share most sentences across topics"),
 }
 
-# Sentences a boilerplate-heavy upstream puts in every answer, whatever the topic: each answer says
-# most of them, in its own order, around one short sentence about its topic.
-_BOILERPLATE = (
-    "Thanks for reaching out, this is a question we hear often and it is worth getting right.",
-    "The exact details can depend on your account, your version and the settings you have chosen.",
-    "If anything below does not match what you see on your screen, please check the official help pages.",
-    "Many people find it useful to try these steps once on something unimportant before relying on them.",
-    "Keep in mind that policies and features change over time, so what worked last year may differ now.",
-    "If the problem continues after following these steps, contacting support is the quickest next step.",
-    "We hope this helps, and feel free to ask a follow-up question if something is still unclear.",
-)
-_BOILERPLATE_SAID = 6
+# The share of an answer's sentences common to every topic in ``off-boilerplate``: all but one.
+BOILERPLATE_SHARE = 0.8
 
 
 class ModelLikeUpstream:
@@ -111,10 +102,8 @@ class ModelLikeUpstream:
 
     def __init__(self, rows: list[dict[str, Any]], *, boilerplate: bool, seed: int, similarity: Similarity) -> None:
         self.cluster_of = {str(r["prompt"]): str(r["cluster"]) for r in rows}
-        self._words = ClusterUpstream(self.cluster_of, seed)
-        self._boilerplate = boilerplate
-        self._wording = random.Random(seed + 1)
-        self._stock_answers = 0
+        share = BOILERPLATE_SHARE if boilerplate else DEFAULT_COMMON_SHARE
+        self._words = ClusterUpstream(self.cluster_of, seed, share)
         self._similarity = similarity
         self.cluster_of_answer: dict[str, str] = {}
         self.prompt_of_answer: dict[str, str] = {}
@@ -131,25 +120,10 @@ class ModelLikeUpstream:
 
     def answer(self, prompt: str) -> str:
         with self._lock:
-            if prompt not in self.cluster_of:
-                text = f"Answer to: {prompt}"
-            elif self._boilerplate:
-                text = self._stock_answer(self.cluster_of[prompt])
-            else:
-                text = self._words.answer(prompt)
+            text = self._words.answer(prompt) if prompt in self.cluster_of else f"Answer to: {prompt}"
             self.cluster_of_answer[text] = self.cluster_of.get(prompt, "")
             self.prompt_of_answer[text] = prompt
             return text
-
-    def _stock_answer(self, cluster: str) -> str:
-        """Stock sentences around one short sentence of the topic's two key words: answers to
-        different topics differ in a few words, as a support bot's templated answers do."""
-        self._stock_answers += 1
-        first, second = cluster_facts(cluster)[:2]
-        shared = self._wording.sample(_BOILERPLATE, _BOILERPLATE_SAID)
-        cut = self._wording.randint(1, len(shared) - 1)
-        core = f"The key points are {first} and {second} (reference {self._stock_answers})."
-        return " ".join([*shared[:cut], core, *shared[cut:]])
 
     def judge(self, message: str) -> str:
         quoted = _QUOTED.findall(message)

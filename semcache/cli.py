@@ -444,7 +444,7 @@ _PAIRS_SYNOPSIS = (
 )
 _TRACE_SYNOPSIS = (
     "semcache eval trace FILE.jsonl [--learn|--static] [--threshold T] [--guards a,b|none] [--feedback-rate R] "
-    "[--verify sync|async|off] [--seed N] [--config FILE] [--plot sweep.png] [--json]"
+    "[--verify sync|async|off] [--seed N] [--common-share S] [--config FILE] [--plot sweep.png] [--json]"
 )
 
 
@@ -516,6 +516,16 @@ def eval_trace(
             "of the same traffic; default: 20240601, the one the docs' figures come from."
         ),
     ] = None,
+    common_share: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=0.9,
+            help="Share of the simulated upstream's answer sentences that every topic's answers share (caveats, "
+            "stock sentences); default 0.3; near 0.9, answers differ in a few words across topics, as a support "
+            "bot's templated answers do.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Replay a trace through the real lookup pipeline and count correct and wrong hits."""
@@ -524,6 +534,7 @@ def eval_trace(
     from .evaluation import evaluate_trace
     from .evaluation.report import plot_trace_sweep, trace_table
     from .evaluation.trace import DEFAULT_SEED, Learning
+    from .evaluation.wording import DEFAULT_COMMON_SHARE
 
     settings = _settings(_eval_overrides(threshold, guards, config, verify))
     rows = _read(file, ("prompt", "cluster", "duplicate_of"))
@@ -544,6 +555,7 @@ def eval_trace(
                 learning=learning if number == 0 else None,  # the sweep is of fixed thresholds
                 advance=lambda n: progress.advance(task, n), feedback_rate=feedback_rate,
                 seed=DEFAULT_SEED if seed is None else seed,
+                common_share=DEFAULT_COMMON_SHARE if common_share is None else common_share,
             )  # fmt: skip
             reports.append(asyncio.run(replay))
     report = reports[0]

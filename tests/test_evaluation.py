@@ -97,26 +97,24 @@ def test_eval_trace_simulated_feedback_teaches_the_cache(tmp_path: Path) -> None
 
 
 @pytest.mark.shared_data
-def test_eval_trace_learns_a_line_within_the_error_budget_on_both_kinds_of_traffic() -> None:
-    # The line alone, nothing verified: what the budget learns from near misses and exploration.
-    faq = run("eval", "trace", str(SHARED_DATA / "trace_faq_dev.jsonl"), "--verify", "off")
-    static = run("eval", "trace", str(SHARED_DATA / "trace_faq_dev.jsonl"), "--static", "--verify", "off")
-    assert faq["learned"] and faq["policy"]["target_error"] == 0.01
-    # Within the budget: at most one wrong hit of the hundred or so a line alone serves here.
-    assert faq["wrong_hits"] <= max(1, 0.01 * faq["hits"])
-    assert faq["served_share"] > 1.5 * static["served_share"]  # a help desk's paraphrases, served
-    assert faq["budget"]["decision_line"] < 0.91 and faq["budget"]["labels"]["near_miss"] > 0
-    assert faq["misses"] + faq["hits"] + faq["explored"] == faq["requests"]
-    assert faq["upstream_calls"] == faq["misses"] + faq["explored"]
-    assert faq["extra_upstream_share"] <= 0.10
-    assert abs(faq["calibration"]["estimated"] - faq["calibration"]["observed"]) <= 0.02
-    assert faq["curve"][-1]["requests"] == faq["requests"]
-
-    qqp = run("eval", "trace", str(SHARED_DATA / "trace_qqp_dev.jsonl"), "--verify", "off")
-    # Look-alike questions: the namespace does not serve what it cannot vouch for.
-    assert qqp["budget"]["decision_line"] > 0.91 and qqp["budget"]["hits_given_up"] > 0
-    assert qqp["wrong_hits"] <= max(1, 0.03 * qqp["hits"])  # the few it serves, at most one wrong
-    assert qqp["extra_upstream_share"] <= 0.10
+def test_eval_trace_keeps_the_line_alone_within_the_error_budget_on_both_kinds_of_traffic() -> None:
+    # The line alone, nothing verified: what the budget learns from near misses and exploration, as
+    # the embedding judge labels them on answers worded like a model's, and on answers that share
+    # most of their sentences across topics. Where the judge cannot tell a paraphrase's answer from a
+    # look-alike's, it errs towards "different": the line serves less, never more wrong hits.
+    for name, budget in (("trace_faq_dev.jsonl", 0.01), ("trace_qqp_dev.jsonl", 0.02)):
+        for common_share in ("0.3", "0.8"):
+            replay = run("eval", "trace", str(SHARED_DATA / name), "--verify", "off", "--common-share", common_share)
+            case = f"{name} --common-share {common_share}"
+            assert replay["learned"] and replay["common_share"] == float(common_share), case
+            assert replay["budget"]["labels"]["near_miss"] > 0 and replay["budget"]["hits_given_up"] > 0, case
+            assert replay["wrong_hits"] <= max(1, budget * replay["hits"]), case
+            # "The same" said of a wrong candidate's answer is the label that talks a line down: rare.
+            assert replay["judge"].get("wrong_different", 0) <= 0.02 * replay["budget"]["labels_total"], case
+            assert replay["misses"] + replay["hits"] + replay["explored"] == replay["requests"], case
+            assert replay["upstream_calls"] == replay["misses"] + replay["explored"], case
+            assert replay["extra_upstream_share"] <= 0.10, case
+            assert replay["curve"][-1]["requests"] == replay["requests"], case
 
 
 @pytest.mark.shared_data

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -35,55 +34,30 @@ from ..wire import ChatCompletionRequest, chat_completion, completion_id
 from .data import DEFAULT_SEED
 from .embedding_cache import CachedEmbedder
 from .verifier import ErringVerifier
+from .wording import DEFAULT_COMMON_SHARE, AnswerWording
 
 # The replay compares the budget's estimate with the wrong share of the hits served from here on.
 _SETTLED_FROM = 500
 _CURVE_EVERY = 50
-
-# Pieces a simulated answer is worded from: each call picks its own, so no two answers to one
-# cluster need be the same string.
-_OPENINGS = ("In short,", "Here is the answer:", "Briefly,", "To answer your question,", "Good question.")
-_CLOSINGS = ("Hope that helps.", "Let me know if you need more.", "", "That is the gist of it.")
-# A cluster's facts are ordinary words, drawn from these by a seed of the cluster's name.
-_VOCABULARY = """apple anchor arrow badge basket beacon bridge bucket butter cabin camera candle canyon carpet
-castle cedar chalk cherry chimney circle clover coffee comet copper cotton crystal desert diamond dolphin dragon
-drum eagle engine falcon feather fence fiddle forest fossil fountain garden garlic glacier glove granite harbor
-hammer helmet honey horizon island ivory jacket jungle kettle kingdom ladder lantern lemon library lizard magnet
-maple marble meadow mirror monkey mountain needle oasis ocean olive orchard oyster paddle palace panther parrot
-pebble pepper piano pillow pirate planet pocket pony puzzle quartz rabbit radio raven ribbon river rocket saddle
-salmon satellite scarf shadow shell silver sketch sparrow spider spoon statue stone sugar summit teapot temple
-thunder tiger timber tomato tower tractor trumpet tunnel turtle umbrella valley velvet violin volcano wagon
-walnut whale whistle willow window winter wizard wolf yacht zebra acorn bamboo barrel biscuit blanket bottle
-breeze cactus canvas cargo cello cobalt compass coral cricket cushion daisy dune ember fabric ferry fig flute
-galaxy gravel guitar hazel hedge igloo ink jasmine jelly kayak kiwi lagoon lava lilac lobster mango meteor mint
-mosaic moss nectar nickel noodle nutmeg onion opal orbit owl paprika peach pearl pine plum prism pumpkin quill
-raisin reef saffron sapphire scroll sequoia shovel slate sponge spruce tulip tundra vanilla vase walrus wheat
-yarn zinc almond basil beetle bison cabbage cinnamon cocoa dahlia denim elm fern glider goose harp heron iris
-juniper lemur lotus mackerel marsh mustard nylon obsidian pecan poplar quince radish rattan ruby sage sesame
-sorrel thyme topaz truffle velcro wasp yeast zucchini""".split()
-_FACTS = 8  # words of a cluster's answer
-_FACTS_SAID = 7  # of which each answer says these many, in its own order
-
-
-def cluster_facts(cluster: str) -> list[str]:
-    """The facts every answer about ``cluster`` draws on: the same for every call."""
-    return random.Random(zlib.crc32(cluster.encode())).sample(_VOCABULARY, _FACTS)
 
 
 class ClusterUpstream:
     """An ``Upstream`` that answers each prompt about its labelled cluster, in different words each
     time, and remembers which cluster every answer it gave was about.
 
-    An answer restates its cluster's first question (so answers to neighbouring questions share
-    many words), then says most of its cluster's facts in its own order, between an opening and a
-    closing of its own (so answers to one question differ)."""
+    Its answers are as hard for an answer judge as a model's (``evaluation.wording``): two answers
+    to one question differ like a model's rewordings, and answers to look-alike questions read
+    nearly as alike. ``common_share`` is the share of each answer's sentences that every topic's
+    answers share."""
 
-    def __init__(self, cluster_of: dict[str, str], seed: int = DEFAULT_SEED) -> None:
+    def __init__(
+        self, cluster_of: dict[str, str], seed: int = DEFAULT_SEED, common_share: float = DEFAULT_COMMON_SHARE
+    ) -> None:
         self._cluster_of = cluster_of
         self._topic: dict[str, str] = {}
         for prompt, cluster in cluster_of.items():
             self._topic.setdefault(cluster, prompt.strip())
-        self._wording = random.Random(seed)
+        self._wording = AnswerWording(seed, common_share)
         self.cluster_of_answer: dict[str, str] = {}
         self.calls = 0
 
@@ -97,18 +71,9 @@ class ClusterUpstream:
         """A new answer to ``prompt``, about its cluster, remembered in ``cluster_of_answer``."""
         self.calls += 1
         cluster = self._cluster_of[prompt]
-        answer = self._answer_about(cluster)
+        answer = self._wording.answer(prompt, self._topic[cluster], cluster, self.calls)
         self.cluster_of_answer[answer] = cluster
         return answer
-
-    def topic(self, cluster: str) -> str:
-        """The question every answer about ``cluster`` restates: its first one."""
-        return self._topic[cluster]
-
-    def _answer_about(self, cluster: str) -> str:
-        opening, closing = self._wording.choice(_OPENINGS), self._wording.choice(_CLOSINGS)
-        facts = self._wording.sample(cluster_facts(cluster), _FACTS_SAID)
-        return f'{opening} on "{self._topic[cluster]}": {", ".join(facts)} (answer {self.calls}). {closing}'.strip()
 
     async def stream(
         self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
@@ -158,6 +123,7 @@ class TraceReport:
     extra_upstream_share: float
     seconds: float
     seed: int = DEFAULT_SEED  # of the replay's chances
+    common_share: float = DEFAULT_COMMON_SHARE  # of the stand-in's answer sentences, common to every topic
     reported_wrong: int = 0  # wrong hits that simulated users reported (--feedback-rate)
     learned: bool = False  # the error budget was on
     explored: int = 0  # would-be hits answered from the upstream to label them
@@ -218,17 +184,19 @@ async def evaluate_trace(
     work_dir: Path | None = None,
     feedback_rate: float = 0.0,
     seed: int = DEFAULT_SEED,
+    common_share: float = DEFAULT_COMMON_SHARE,
 ) -> TraceReport:
     """Replay ``rows``; with ``learning``, the namespace's line is learned from near misses,
     exploration and feedback, judged by the embedding judge. With ``feedback_rate``, that share of
     wrong hits is reported as wrong, so feedback shows its effect too. ``seed`` draws the replay's
     chances: another seed is another run of the same traffic. Candidates under the line are
-    verified as ``policy.verify`` says, by a stand-in that knows the clusters and errs like a model."""
+    verified as ``policy.verify`` says, by a stand-in that knows the clusters and errs like a model.
+    ``common_share`` is the share of the stand-in's answer sentences common to every topic."""
     started = time.monotonic()
     prompts = [str(r["prompt"]) for r in rows]
     cluster_of = {str(r["prompt"]): str(r["cluster"]) for r in rows}
     embedder.warm(prompts)
-    upstream = ClusterUpstream(cluster_of, seed)
+    upstream = ClusterUpstream(cluster_of, seed, common_share)
     if learning is None:
         policy = policy.updated({"learn": False})
     with tempfile.TemporaryDirectory(dir=work_dir or _fast_temp_dir()) as folder:
@@ -258,6 +226,7 @@ async def evaluate_trace(
     report.policy = policy.as_dict()
     report.learned = learning is not None
     report.seed = seed
+    report.common_share = common_share
     report.judge = dict(judge.verdicts) if judge is not None else {}
     report.judge_cutoff = judge.describe("eval") if judge is not None else {}
     prior = policy.threshold_for("latin")
