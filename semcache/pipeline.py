@@ -794,6 +794,10 @@ class Pipeline:
             return
         if same is None:
             return
+        # A verified hit is a right answer reworded, or a wrong one: "different" counts against the
+        # verifier only from a judge that knows how this namespace's rewordings read.
+        if probe.source == "audit" and not same and not self.judge.knows_same_answers(namespace, case.embedding_model):
+            return
         if not same:
             # The entry's own boundary: its answer was wrong this close, so it needs more.
             try:

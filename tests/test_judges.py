@@ -335,11 +335,15 @@ async def test_answers_to_one_question_asked_again_stop_the_judge_calling_a_rewo
     # Knowing only unrelated answers, the judge calls it wrong: a false label that holds hits back.
     assert await judge.same_answer(TULIPS_REWORDED) is False
     assert judge.wants_reasked("garden", "all-MiniLM-L6-v2")
+    # So its "different" may not count against the verifier, whose approvals are rewordings.
+    assert not judge.knows_same_answers("garden", "all-MiniLM-L6-v2")
 
     for first, second in REWORDED:
         await judge.observe_reasked("garden", "all-MiniLM-L6-v2", first, second)
     learned = judge.describe("garden")["models"]["all-MiniLM-L6-v2"]
     assert learned["reasked_pairs"] == len(REWORDED)
+    assert judge.knows_same_answers("garden", "all-MiniLM-L6-v2")
+    assert not judge.knows_same_answers("shop", "all-MiniLM-L6-v2")
     assert learned["different_at"] < 0.5 and learned["same_at"] == 0.85  # "the same" is never said lower
     assert await judge.same_answer(TULIPS_REWORDED) is None  # between the two sides: no label
     unrelated = case("Plant them in autumn, six weeks before the ground freezes.",
@@ -358,3 +362,4 @@ async def test_a_judge_wants_answers_to_one_question_only_until_it_has_enough(em
         await judge.observe_reasked("ns", "m", f"answer {number}", f"the answer {number}")
     assert not judge.wants_reasked("ns", "m")
     assert not TextJudge().wants_reasked("ns", "m")
+    assert TextJudge().knows_same_answers("ns", "m")  # it never says "different"

@@ -112,6 +112,11 @@ class AnswerJudge(Protocol):
         """Two answers the upstream gave to one question: how alike "the same" answer reads."""
         ...
 
+    def knows_same_answers(self, namespace: str, embedding_model: str) -> bool:
+        """Whether the judge knows how two right answers of ``namespace`` read, so that its
+        "different" may count against the verifier, whose approvals are right answers reworded."""
+        ...
+
 
 def normalised(text: str) -> str:
     """Case, Unicode forms, punctuation and spacing left out: what a reader would not count as a change."""
@@ -138,6 +143,9 @@ class TextJudge:
 
     async def observe_reasked(self, namespace: str, embedding_model: str, first: str, second: str) -> None:
         return None
+
+    def knows_same_answers(self, namespace: str, embedding_model: str) -> bool:
+        return True  # it never says "different"
 
 
 Embed = Callable[[str, str], Awaitable[np.ndarray]]
@@ -229,6 +237,10 @@ class EmbeddingJudge:
         first_vector = await self._embed(first[:_EMBEDDED_CHARS], embedding_model)
         second_vector = await self._embed(second[:_EMBEDDED_CHARS], embedding_model)
         self._reasked.setdefault(key, deque(maxlen=_REASKED_KEPT)).append(float(first_vector @ second_vector))
+
+    def knows_same_answers(self, namespace: str, embedding_model: str) -> bool:
+        pairs = self._reasked.get((namespace, embedding_model))
+        return pairs is not None and len(pairs) >= _MIN_REASKED
 
     async def observe(self, namespace: str, embedding_model: str, question: np.ndarray, answer: str) -> None:
         """Until the namespace's model is calibrated, learn from the answers to its misses too (an
@@ -355,6 +367,9 @@ class UpstreamJudge:
 
     async def observe_reasked(self, namespace: str, embedding_model: str, first: str, second: str) -> None:
         await self._fallback.observe_reasked(namespace, embedding_model, first, second)
+
+    def knows_same_answers(self, namespace: str, embedding_model: str) -> bool:
+        return True  # a model reads meaning, not wording (its fallback decides only when it fails)
 
 
 def load_judge(settings: Settings, embed: Embed, upstream: Upstream) -> AnswerJudge:

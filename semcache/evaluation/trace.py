@@ -173,6 +173,9 @@ class _AuditedJudge:
     async def observe_reasked(self, namespace: str, embedding_model: str, first: str, second: str) -> None:
         await self._inner.observe_reasked(namespace, embedding_model, first, second)
 
+    def knows_same_answers(self, namespace: str, embedding_model: str) -> bool:
+        return self._inner.knows_same_answers(namespace, embedding_model)
+
 
 async def evaluate_trace(
     rows: list[dict[str, Any]],
