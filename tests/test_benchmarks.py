@@ -153,7 +153,7 @@ def test_embedders_benchmark_compares_backends_with_torch(embedding_exports: Pat
         assert figures["one_prompt_count"] == 3
     assert backends["torch"]["cosine_vs_torch_min"] > 0.9999
     assert 0.95 < backends["onnx-int8"]["cosine_vs_torch_min"] < 1.0
-    assert backends["onnx-int8"]["embedder_name"] == "all-MiniLM-L6-v2+int8"
+    assert backends["onnx-int8"]["embedder_name"] == "all-MiniLM-L6-v2+int8-static"
     assert backends["onnx-int8"]["speedup_vs_torch"]["batch8"] > 0
 
 

@@ -118,7 +118,7 @@ def judge_state(url: str, unrelated_pairs: int) -> dict[str, Any]:
     deadline = time.monotonic() + 10
     while True:
         judge = httpx.get(f"{url}/admin/namespaces/default/quality").json()["judge"]
-        # Keyed by the Latin script's model, named with its backend ("all-MiniLM-L6-v2+int8").
+        # Keyed by the Latin script's model, named with its backend ("all-MiniLM-L6-v2+int8-static").
         latin = [state for model, state in judge["models"].items() if model.startswith("all-MiniLM-L6-v2")]
         state = latin[0] if latin else {"unrelated_pairs": 0}
         if state["unrelated_pairs"] >= unrelated_pairs or time.monotonic() > deadline:

@@ -80,11 +80,32 @@ def test_onnx_int8_is_close_to_torch_and_named_apart(torch_fp32: Embedder, onnx_
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     similar = cosines(vectors, reference)
     assert similar[:-1].min() > 0.97  # questions; python -m benchmarks.embedders measures the cosines on QQP
-    # A one-word prompt carries the least signal, and its int8 error depends on the CPU's int8
-    # kernels and on the batch it rides in: "ok" gave 0.967 to 0.974 on an AVX-512 VNNI machine.
+    # A one-word prompt carries the least signal, and its int8 error may depend on the CPU's int8 kernels.
     assert similar[-1] > 0.95
     assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2]) + 0.3  # paraphrase vs unrelated
-    assert onnx_int8.name == f"{MODEL}+int8"  # different vectors: a store re-embeds instead of mixing them
+    assert onnx_int8.name == f"{MODEL}+int8-static"  # different vectors: a store re-embeds instead of mixing them
+
+
+def test_a_text_gets_one_int8_vector_alone_in_a_batch_or_padded(onnx_int8: OnnxEmbedder) -> None:
+    """Issue 27: the same text gets the same int8 vector whatever else is in its model call. Alone,
+    in a batch of other texts (of its length and of others), and padded to the model's whole window
+    beside a long text, each prompt's vector is the same to float32 rounding."""
+    others = [
+        "hi",
+        "Where is my order?",
+        "Why does my sourdough starter smell like nail polish remover after a week in the fridge?",
+        "What does HTTP 404 mean?",
+        "Can you recommend a good science fiction novel for someone who loved The Martian?",
+        "怎么申请信用卡？",
+    ]
+    conversation = " ".join(["The user asked about sourdough starters, hydration and oven temperatures."] * 30)
+    alone = np.vstack([onnx_int8.embed([prompt]) for prompt in PROMPTS])
+    in_a_batch = onnx_int8.embed([*others, *PROMPTS, *others])[len(others) : len(others) + len(PROMPTS)]
+    encodings = [onnx_int8._tokenizer.encode(text) for text in [*PROMPTS, conversation]]
+    padded = onnx_int8._run(encodings)[: len(PROMPTS)]  # one model call, every prompt padded to 256 tokens
+    for together in (in_a_batch, padded):
+        assert cosines(together, alone).min() > 0.99999
+        assert np.abs(together - alone).max() < 1e-5
 
 
 def embed_recording_calls(embedder: OnnxEmbedder, texts: list[str]) -> tuple[np.ndarray, list[tuple[int, int]]]:

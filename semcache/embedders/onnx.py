@@ -2,11 +2,13 @@
 
 The graph is made from the installed weights, without a network and without optimum: the
 transformer is traced with ``torch.onnx.export`` (the TorchScript exporter, which needs no
-onnxscript), with mean pooling and L2 normalisation inside the graph; for int8,
-``quantize_dynamic`` quantizes the weights of its matrix products per output channel. The files
-are kept in ``cache_dir`` under a name that hashes the weights, the recipe and ONNX Runtime's
-version, so a deployment pays the export (seconds) once, and replicas sharing the data folder
-share it.
+onnxscript), with mean pooling and L2 normalisation inside the graph. For int8, every matrix
+product with a weight matrix runs on int8: the weights quantized per output channel, and the
+activations going into it at a scale fixed at export from the calibration texts (static
+quantization), so that a text's vector does not depend on the texts it is embedded with. The
+files are kept in ``cache_dir`` under a name that hashes the weights, the recipe, the calibration
+texts and ONNX Runtime's version, so a deployment pays the export (seconds) once, and replicas
+sharing the data folder share it.
 """
 
 from __future__ import annotations
@@ -20,19 +22,24 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .calibration import CALIBRATION_TEXTS
+
 logger = logging.getLogger(__name__)
 
 # Bump when the export recipe changes: every cached export is then made again.
-_RECIPE = "onnx-export-2"
+_RECIPE = "onnx-export-3"
 _OPSET = 17
 _INPUTS = ("input_ids", "attention_mask")
+# What int8 vectors are recorded under beside the model's name. Change it with any change to the
+# int8 recipe or to its calibration texts that changes vectors, so that a store re-embeds its
+# entries rather than mixing vectors of two recipes ("+int8" named the earlier per-call scales).
+QUANTIZED_SUFFIX = "+int8-static"
 # Files whose content identifies a sentence-transformers model folder.
 _IDENTITY_FILES = (
     "config.json",
@@ -72,6 +79,8 @@ class ModelFolder:
         import onnxruntime
 
         digest = hashlib.sha256(f"{_RECIPE}|opset{_OPSET}|ort{onnxruntime.__version__}|int8={quantized}".encode())
+        if quantized:
+            digest.update("\0".join(CALIBRATION_TEXTS).encode())
         for name in _IDENTITY_FILES:
             file = self.path / name
             if file.is_file():
@@ -116,10 +125,12 @@ def _export(folder: ModelFolder, work: Path, *, quantized: bool) -> None:
         logger.info("ONNX export: tracing the transformer with torch")
         _trace(folder, work / "model.onnx")
         return
-    logger.info("ONNX export 1/2: tracing the transformer with torch")
+    logger.info("ONNX export 1/3: tracing the transformer with torch")
     _trace(folder, work / "fp32.onnx")
-    logger.info("ONNX export 2/2: quantizing the weights of its matrix products to int8, per channel")
-    _quantize(work / "fp32.onnx", work / "model.onnx")
+    logger.info("ONNX export 2/3: measuring its activations on %d calibration texts", len(CALIBRATION_TEXTS))
+    ranges = _calibrate(folder, work / "fp32.onnx")
+    logger.info("ONNX export 3/3: quantizing its matrix products to int8, activations at fixed scales")
+    _quantize(work / "fp32.onnx", work / "model.onnx", ranges)
     (work / "fp32.onnx").unlink()
 
 
@@ -164,39 +175,236 @@ def _trace(folder: ModelFolder, out: Path) -> None:
         )
 
 
-def _quantize(fp32: Path, out: Path) -> None:
-    """Dynamic int8 quantization of the MatMul weights, one scale per output channel.
+# Activation values are counted in this many bins between their least and greatest, to choose the
+# range each is quantized over.
+_HISTOGRAM_BINS = 2048
+# The fractions of the measured range tried as the quantized range, at each end.
+_CLIPPING = np.linspace(0.05, 1.0, 39)
+# A channel of a product's input whose values reach this many times further than the median
+# channel's is an outlier: BERT's [CLS] token carries huge values in one or two channels of the
+# residual stream and of the feed-forward, and a range wide enough for them leaves the other
+# channels few steps.
+_OUTLIER_RATIO = 5.0
+# Tokens in one calibration call: the fp32 graph gives a text the same values in any batch.
+_CALIBRATION_BATCH_TOKENS = 4096
 
-    Measured on the eval prompts (cosine to torch fp32): per channel keeps the minimum at 0.98, per
-    tensor drops it to 0.89; signed weights (QInt8) ran 1.5x faster than unsigned (QUInt8) here; also
-    quantizing the embedding table (Gather) or fusing attention first gained no speed.
+
+@dataclass(frozen=True)
+class _InputRange:
+    """How one weight product's input is quantized."""
+
+    low: float  # the uint8 range, 0 within it
+    high: float
+    # Outlier channels, left out of the range, and the parts each is split into to fit it.
+    outliers: dict[int, int]
+
+
+def _weight_products(model: Any) -> list[Any]:
+    """The graph's MatMul nodes whose second input is a weight matrix."""
+    weights = {tensor.name for tensor in model.graph.initializer if len(tensor.dims) == 2}
+    return [node for node in model.graph.node if node.op_type == "MatMul" and node.input[1] in weights]
+
+
+def _calibrate(folder: ModelFolder, fp32: Path) -> dict[str, _InputRange]:
+    """How each weight product's input is quantized, from its values on the calibration texts
+    (their padding left out): its outlier channels, and the range of the others, clipped where that
+    costs less squared error than the coarser steps of their whole range.
+
+    The ranges are fixed in the graph, so that a text's vector does not depend on the batch it rides
+    in: quantizing each call's activations over that call's own range (onnxruntime's dynamic
+    quantization) gave a prompt a different vector in every batch, and a lookup a similarity that
+    moved with other clients' traffic.
     """
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    import onnx
+    import onnxruntime
 
-    # The quantizer logs on the root logger, suggesting a pre-processing step it does not need here.
-    with _quiet([logging.getLogger()]):
-        quantize_dynamic(
-            str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"]
+    model = onnx.load(str(fp32))
+    names = list(dict.fromkeys(node.input[0] for node in _weight_products(model)))
+    for name in names:  # every product's input as an output too, to be measured
+        model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    tokenizer, pad_id = _tokenizer(folder)
+    encodings = tokenizer.encode_batch(list(CALIBRATION_TEXTS))
+
+    def measured() -> Iterator[dict[str, np.ndarray]]:
+        """The product inputs of the calibration texts, some texts at a time, one row per token
+        (padding left out)."""
+        for rows in _model_calls([len(e.ids) for e in encodings], _CALIBRATION_BATCH_TOKENS):
+            width = max(len(encodings[row].ids) for row in rows)
+            ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for at, row in enumerate(rows):
+                ids[at, : len(encodings[row].ids)] = encodings[row].ids
+                mask[at, : len(encodings[row].ids)] = 1
+            values = session.run(names, {"input_ids": ids, "attention_mask": mask})
+            yield {name: value[mask == 1] for name, value in zip(names, values, strict=True)}
+
+    least: dict[str, np.ndarray] = {}
+    most: dict[str, np.ndarray] = {}
+    for text in measured():
+        for name, rows in text.items():
+            least[name] = np.minimum(least.get(name, 0.0), rows.min(axis=0))  # 0 is in every range
+            most[name] = np.maximum(most.get(name, 0.0), rows.max(axis=0))
+    regular = {}
+    for name in names:
+        extent = np.maximum(most[name], -least[name])
+        regular[name] = extent <= _OUTLIER_RATIO * np.median(extent)
+    counts = {name: np.zeros(_HISTOGRAM_BINS, dtype=np.int64) for name in names}
+    for text in measured():  # a second pass, once the bins are known: the values would not fit in memory
+        for name, rows in text.items():
+            span = (float(least[name][regular[name]].min()), float(most[name][regular[name]].max()))
+            counts[name] += np.histogram(rows[:, regular[name]], bins=_HISTOGRAM_BINS, range=span)[0]
+    ranges = {}
+    for name in names:
+        low, high = _clipped_range(
+            float(least[name][regular[name]].min()), float(most[name][regular[name]].max()), counts[name]
         )
+        outliers = {
+            int(channel): int(np.ceil(max(most[name][channel] / high if high > 0 else 1.0,
+                                          least[name][channel] / low if low < 0 else 1.0)))
+            for channel in np.flatnonzero(~regular[name])
+        }  # fmt: skip
+        ranges[name] = _InputRange(low, high, outliers)
+    return ranges
 
 
-class _ErrorsOnly(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR
+def _clipped_range(low: float, high: float, counts: np.ndarray) -> tuple[float, float]:
+    """The range, within [low, high], whose uint8 quantization of the counted values has the least
+    expected squared error: clipping the values outside it, rounding those inside to its steps."""
+    edges = np.linspace(low, high, len(counts) + 1)
+    centres = (edges[:-1] + edges[1:]) / 2
+    best = (np.inf, low, high)
+    for lower in low * _CLIPPING if low < 0 else [low]:
+        clipped_below = ((lower - centres).clip(min=0) ** 2) @ counts
+        for upper in high * _CLIPPING if high > 0 else [high]:
+            step = (upper - lower) / 255
+            inside = counts[(centres >= lower) & (centres <= upper)].sum()
+            error = clipped_below + ((centres - upper).clip(min=0) ** 2) @ counts + inside * step * step / 12
+            if error < best[0]:
+                best = (error, lower, upper)
+    return best[1], best[2]
 
 
-@contextmanager
-def _quiet(loggers: list[logging.Logger]) -> Iterator[None]:
-    """Drop what ``loggers`` log below ERROR (a logger's filter sees only its own records, so the
-    root logger's filter leaves records that propagate from other loggers alone)."""
-    only_errors = _ErrorsOnly()
-    for log in loggers:
-        log.addFilter(only_errors)
-    try:
-        yield
-    finally:
-        for log in loggers:
-            log.removeFilter(only_errors)
+def _quantize(fp32: Path, out: Path, ranges: dict[str, _InputRange]) -> None:
+    """Each weight product (and the bias added to it) becomes one ``MatMulIntegerToFloat``: weights
+    signed int8 (faster than unsigned), one scale per output channel (one per tensor lost far more);
+    its input quantized to uint8 over its calibrated range by a ``QuantizeLinear``, shared by the
+    products that read the same input (query, key and value). The embedding table stays fp32, and
+    attention is not fused (ONNX Runtime's fused attention ran slower on batches).
+
+    An input's outlier channels take one of two ways around its range. Into a product that narrows
+    it (the feed-forward's second, 1536 to 384 wide), they are multiplied in fp32 and added to the
+    int8 product, whose weights leave them out. Into the others, each is split into parts that fit
+    the range: scaled down, and copied beside the input as many times over, each copy with the
+    channel's weights. Each way was the faster on its product: it costs a pass over the narrower
+    side. Without them, the outliers' range left the other channels few steps, and the int8 vectors
+    were hardly closer to fp32's than with per-call scales.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(fp32))
+    graph = model.graph
+    tensors = {tensor.name: tensor for tensor in graph.initializer}
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    products = _weight_products(model)
+    widths = {node.input[1]: tuple(tensors[node.input[1]].dims) for node in products}
+    # Inputs whose outliers go around in fp32: those read only by products that narrow them.
+    narrowing = {node.input[0]: True for node in products}
+    for node in products:
+        rows, columns = widths[node.input[1]]
+        narrowing[node.input[0]] &= columns < rows
+    in_fp32 = {source for source, narrows in narrowing.items() if narrows}
+    added: list[Any] = []
+    quantized_inputs: dict[str, list[int]] = {}  # input -> the channels copied beside it
+    replaced: dict[int, list[Any]] = {}
+    dropped: set[int] = set()
+
+    def constant(value: np.ndarray, name: str) -> str:
+        added.append(numpy_helper.from_array(value, name))
+        return name
+
+    for node in products:
+        source, weight_name = node.input
+        quantizing = ranges[source]
+        outliers = sorted(quantizing.outliers)
+        fp32_outliers = source in in_fp32 and outliers
+        nodes = []
+        if source not in quantized_inputs:
+            scale = max(quantizing.high - quantizing.low, 1e-8) / 255
+            constant(np.array(scale, dtype=np.float32), f"{source}_scale")
+            constant(np.array(round(-quantizing.low / scale), dtype=np.uint8), f"{source}_zero_point")
+            copies, split = [], source
+            if fp32_outliers:
+                channels = constant(np.array(outliers, dtype=np.int64), f"{source}_outlier_channels")
+                nodes.append(helper.make_node("Gather", [source, channels], [f"{source}_outliers"], axis=-1))
+            elif outliers:
+                shrink = np.ones(widths[weight_name][0], dtype=np.float32)
+                for channel, parts in quantizing.outliers.items():
+                    shrink[channel] = 1 / parts
+                    copies += [channel] * (parts - 1)
+                split = f"{source}_split"
+                nodes += [
+                    helper.make_node("Mul", [source, constant(shrink, f"{source}_shrink")], [f"{source}_shrunk"]),
+                    helper.make_node(
+                        "Gather",
+                        [f"{source}_shrunk", constant(np.array(copies, dtype=np.int64), f"{source}_copied")],
+                        [f"{source}_copies"],
+                        axis=-1,
+                    ),
+                    helper.make_node("Concat", [f"{source}_shrunk", f"{source}_copies"], [split], axis=-1),
+                ]
+            quantized_inputs[source] = copies
+            nodes.append(
+                helper.make_node(
+                    "QuantizeLinear",
+                    [split, f"{source}_scale", f"{source}_zero_point"],
+                    [f"{source}_quantized"],
+                    name=f"{source}_QuantizeLinear",
+                )
+            )
+        weights = numpy_helper.to_array(tensors[weight_name]).astype(np.float32)
+        int8_weights = np.vstack([weights, weights[quantized_inputs[source]]])  # the copies' rows
+        if fp32_outliers:
+            int8_weights[outliers] = 0
+        channel_scales = np.maximum(np.abs(int8_weights).max(axis=0), 1e-12) / 127
+        constant(np.round(int8_weights / channel_scales).astype(np.int8), f"{weight_name}_int8")
+        constant(channel_scales.astype(np.float32), f"{weight_name}_scale")
+        constant(np.zeros(weights.shape[1], dtype=np.int8), f"{weight_name}_zero_point")
+        output, bias = node.output[0], []
+        (follower, *others) = readers.get(output, [None])
+        if follower is not None and not others and follower.op_type == "Add":
+            (addend,) = [name for name in follower.input if name != output] or [""]
+            if addend in tensors and list(tensors[addend].dims) == [weights.shape[1]]:
+                output, bias = follower.output[0], [addend]
+                dropped.add(id(follower))
+        int8_output = f"{output}_int8" if fp32_outliers else output
+        inputs = [f"{source}_quantized", f"{weight_name}_int8", f"{source}_scale", f"{weight_name}_scale"]
+        inputs += [f"{source}_zero_point", f"{weight_name}_zero_point", *bias]
+        nodes.append(
+            helper.make_node(
+                "MatMulIntegerToFloat", inputs, [int8_output], name=f"{node.name}_int8", domain="com.microsoft"
+            )
+        )
+        if fp32_outliers:
+            rows = constant(weights[outliers], f"{weight_name}_outlier_rows")
+            nodes += [
+                helper.make_node("MatMul", [f"{source}_outliers", rows], [f"{output}_outliers"]),
+                helper.make_node("Add", [int8_output, f"{output}_outliers"], [output]),
+            ]
+        replaced[id(node)] = nodes
+    kept = [new for node in graph.node if id(node) not in dropped for new in replaced.get(id(node), [node])]
+    del graph.node[:]
+    graph.node.extend(kept)
+    read = {name for node in kept for name in node.input}
+    initializers = [tensor for tensor in [*graph.initializer, *added] if tensor.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx.save(model, str(out))
 
 
 # Tokens in one model call (rows times the longest row); see _model_calls for the measurement.
@@ -208,7 +416,8 @@ class OnnxEmbedder:
 
     Vectors come out of the graph L2-normalised. fp32 gives the same vectors as torch (cosine
     above 0.99999), so it keeps the model's name; int8 vectors differ slightly (cosine about 0.99),
-    so that backend gets its own name and stored vectors are re-embedded, not mixed.
+    so that backend gets its own name and stored vectors are re-embedded, not mixed. Either way a
+    text gets one vector, whatever else is in its model call and however far the call pads it.
     """
 
     def __init__(
@@ -225,21 +434,22 @@ class OnnxEmbedder:
             raise ValueError("batch_tokens must be at least 1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub at run time
         import onnxruntime
-        from tokenizers import Tokenizer
 
         folder = ModelFolder.read(Path(model_path), name or Path(model_path).name)
         self.threads = threads or max(1, (os.cpu_count() or 2) - 1)
         self.batch_tokens = batch_tokens
-        self.name = f"{folder.name}+int8" if quantized else folder.name
+        self.name = f"{folder.name}{QUANTIZED_SUFFIX}" if quantized else folder.name
         self.dimension = folder.hidden_size
         self.model_file = exported_model(folder, cache_dir, quantized=quantized)
-        self._tokenizer = Tokenizer.from_file(str(folder.path / "tokenizer.json"))
+        self._tokenizer, self._pad_id = _tokenizer(folder)
         self.max_seq_length = folder.max_seq_length
-        self._tokenizer.enable_truncation(max_length=folder.max_seq_length)
-        self._pad_id = (self._tokenizer.padding or {}).get("pad_id", 0)
-        self._tokenizer.no_padding()  # tokenizer.json pads to a fixed 128: _run pads to the longest text instead
         self._session = onnxruntime.InferenceSession(
-            str(self.model_file), _session_options(self.threads), providers=["CPUExecutionProvider"]
+            str(self.model_file),
+            _session_options(self.threads),
+            providers=["CPUExecutionProvider"],
+            # ONNX Runtime's fused SkipLayerNormalization ran several times slower on the CPU than the
+            # Add and LayerNormalization it replaces, and slowed the int8 model, alone and in batches.
+            disabled_optimizers=["SkipLayerNormFusion"],
         )
 
     def reads_whole(self, text: str) -> bool:
@@ -334,6 +544,17 @@ def _similar_lengths(lengths: list[int]) -> list[list[int]]:
         else:
             groups.append([row])
     return groups
+
+
+def _tokenizer(folder: ModelFolder) -> tuple[Any, int]:
+    """The model's tokenizer, truncating to its window and padding nothing, and its padding id."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder.path / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=folder.max_seq_length)
+    pad_id = int((tokenizer.padding or {}).get("pad_id", 0))
+    tokenizer.no_padding()  # tokenizer.json pads to a fixed 128: _run pads to the longest text instead
+    return tokenizer, pad_id
 
 
 def _session_options(threads: int) -> Any:
