@@ -123,6 +123,18 @@ def standin_process(latency_s: float = 0.0, jitter_s: float = 0.0) -> Iterator[s
         process.wait(10)
 
 
+@contextmanager
+def semcache_before_standin(folder: Path, env: dict[str, str]) -> Iterator[SemcacheProcess]:
+    """``semcache serve`` on ``folder``/data, logging to ``folder``/semcache.log, in front of a
+    stand-in upstream of its own: both as processes, stopped on exit."""
+    with (
+        standin_process() as upstream,
+        SemcacheProcess(data_dir=folder / "data", upstream_url=upstream, env=env,
+                        log_path=folder / "semcache.log") as process,
+    ):  # fmt: skip
+        yield process
+
+
 def wait_for_standin(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
     """Until ``url`` answers 200, while the stand-in's ``process`` runs; else RuntimeError."""
     deadline = time.monotonic() + timeout_s

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from semcache.settings import GUARD_NAMES
-from testkit.servers import SemcacheProcess, standin_process
+from testkit.servers import SemcacheProcess, semcache_before_standin
 
 pytestmark = pytest.mark.slow
 
@@ -47,11 +47,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SemcacheProces
         # tokenizer reads a long number as one unknown word, so the guards read such prompts.
         "SEMCACHE_MULTILINGUAL_EMBEDDING_MODEL": "all-MiniLM-L6-v2",
     }
-    with (
-        standin_process() as upstream,
-        SemcacheProcess(data_dir=folder / "data", upstream_url=upstream, env=environment,
-                        log_path=folder / "semcache.log") as process,
-    ):  # fmt: skip
+    with semcache_before_standin(folder, environment) as process:
         yield process
 
 

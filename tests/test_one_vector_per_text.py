@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from testkit.servers import SemcacheProcess, standin_process
+from testkit.servers import SemcacheProcess, semcache_before_standin
 
 pytestmark = pytest.mark.slow
 
@@ -72,11 +72,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SemcacheProces
         "SEMCACHE_EMBEDDING_BACKEND": "onnx-int8",  # the shipped default, named: the model under test
         "SEMCACHE_MULTILINGUAL_EMBEDDING_MODEL": "all-MiniLM-L6-v2",  # one model to load
     }
-    with (
-        standin_process() as upstream,
-        SemcacheProcess(data_dir=folder / "data", upstream_url=upstream, env=environment,
-                        log_path=folder / "semcache.log") as process,
-    ):  # fmt: skip
+    with semcache_before_standin(folder, environment) as process:
         yield process
 
 
