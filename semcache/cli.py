@@ -490,7 +490,13 @@ def eval_pairs(
     epilog=f"In full: {_TRACE_SYNOPSIS}\n\nExample: semcache eval trace ../shared/data/trace_qqp_dev.jsonl --static",
 )
 def eval_trace(
-    file: Annotated[Path, typer.Argument(help="JSONL of {prompt, cluster, duplicate_of} in arrival order.")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="JSONL of {prompt, cluster, duplicate_of} in arrival order, or labelled pairs {q1, q2, duplicate}, "
+            "whose texts are replayed once each in an order drawn from --seed."
+        ),
+    ],
     threshold: Annotated[float | None, typer.Option(help="Override the configured threshold.")] = None,
     guards: Annotated[str | None, typer.Option(help="Comma-separated guards, or 'none'.")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML settings file.")] = None,
@@ -532,12 +538,16 @@ def eval_trace(
     import asyncio
 
     from .evaluation import evaluate_trace
+    from .evaluation.data import is_pairs, trace_from_pairs
     from .evaluation.report import plot_trace_sweep, trace_table
     from .evaluation.trace import DEFAULT_SEED, Learning
     from .evaluation.wording import DEFAULT_COMMON_SHARE
 
     settings = _settings(_eval_overrides(threshold, guards, config, verify))
-    rows = _read(file, ("prompt", "cluster", "duplicate_of"))
+    seed = DEFAULT_SEED if seed is None else seed
+    rows = _read(file, ())
+    from_pairs = is_pairs(rows)  # labelled pairs are put in one arrival order, drawn from the seed
+    rows = trace_from_pairs(rows, seed) if from_pairs else _read(file, ("prompt", "cluster", "duplicate_of"))
     embedder, policy = _eval_parts(settings)
     learning = None
     if settings.learn_threshold if learn is None else learn:
@@ -554,11 +564,13 @@ def eval_trace(
                 rows, embedder, policy.updated({"threshold": value}),
                 learning=learning if number == 0 else None,  # the sweep is of fixed thresholds
                 advance=lambda n: progress.advance(task, n), feedback_rate=feedback_rate,
-                seed=DEFAULT_SEED if seed is None else seed,
+                seed=seed,
                 common_share=DEFAULT_COMMON_SHARE if common_share is None else common_share,
             )  # fmt: skip
             reports.append(asyncio.run(replay))
     report = reports[0]
+    if from_pairs:
+        report.from_pairs = True
     if plot:
         plot_trace_sweep(sorted(reports[1:] if learning else reports, key=lambda r: r.policy["threshold"]), plot,
                          learned=report if learning else None)  # fmt: skip

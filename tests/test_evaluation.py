@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from semcache.cli import app
+from semcache.evaluation.data import is_pairs, trace_from_pairs
 
 from .conftest import SHARED_DATA
 
@@ -77,6 +78,46 @@ def test_eval_trace_replays_again_the_same_for_one_seed_and_otherwise_for_anothe
     assert first == again
     # Another seed words the stand-in's answers otherwise: the judge reads them otherwise.
     assert first["judge_cutoff"] != other["judge_cutoff"]
+
+
+def test_labelled_pairs_become_one_arrival_order_trace_drawn_from_the_seed() -> None:
+    pairs = [
+        {"q1": "How common is gout?", "q2": "Is gout a common illness?", "duplicate": True},
+        {"q1": "How common is gout?", "q2": "How is gout treated?", "duplicate": False},
+        {"q1": "Is gout a common illness?", "q2": "Do many people get gout?", "duplicate": True},
+        {"q1": "What causes hiccups?", "q2": "Why do hiccups happen?", "duplicate": True},
+        {"q1": "What causes hiccups?", "q2": "How do I stop hiccups?", "duplicate": False},
+    ]
+    trace = trace_from_pairs(pairs, seed=1)
+    prompts = [row["prompt"] for row in trace]
+    assert sorted(prompts) == sorted({p[q] for p in pairs for q in ("q1", "q2")})  # every text, once
+    assert [row["idx"] for row in trace] == list(range(len(trace)))
+    cluster = {row["prompt"]: row["cluster"] for row in trace}
+    gout = {"How common is gout?", "Is gout a common illness?", "Do many people get gout?"}
+    assert len({cluster[text] for text in gout}) == 1  # duplicates join, through a shared question too
+    assert len(set(cluster.values())) == 4
+    for row in trace:  # a possible hit points at its cluster's first text; the first is none
+        earlier = [r for r in trace[: row["idx"]] if r["cluster"] == row["cluster"]]
+        assert row["duplicate_of"] == (earlier[0]["idx"] if earlier else None)
+    treated = next(row for row in trace if row["prompt"] == "How is gout treated?")
+    common = prompts.index("How common is gout?")
+    assert treated["hard_negative_of"] == ([common] if common < treated["idx"] else [])
+    assert is_pairs(pairs) and not is_pairs(trace)
+    assert trace_from_pairs(pairs, seed=1) == trace
+    assert any(trace_from_pairs(pairs, seed=s) != trace for s in range(2, 6))  # another seed, another order
+
+
+def test_eval_trace_replays_labelled_pairs_as_a_trace(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"q1": "How do I learn Python quickly?", "q2": "How can I learn Python fast?", "duplicate": True},
+        {"q1": "How do I learn Python quickly?", "q2": "How do I learn Rust quickly?", "duplicate": False},
+        {"q1": "What is the capital of France?", "q2": "Which city is the capital of France?", "duplicate": True},
+    ]))  # fmt: skip
+    report = run("eval", "trace", str(pairs), "--static")
+    assert report["from_pairs"] and report["requests"] == 5 and report["possible_hits"] == 2
+    assert report["hits"] == report["correct_hits"] + report["wrong_hits"]
+    assert report["misses"] + report["hits"] == 5
 
 
 def test_eval_reports_bad_files_without_a_traceback(tmp_path: Path) -> None:

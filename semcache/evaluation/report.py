@@ -67,7 +67,8 @@ def trace_table(report: TraceReport) -> Table:
     table.add_column("measure")
     table.add_column("value", justify="right")
     rows = [
-        ("requests", report.requests),
+        ("requests", f"{report.requests} (labelled pairs, order from seed {report.seed})" if report.from_pairs
+         else report.requests),
         ("hits (exact / template / semantic)",
          f"{report.hits} ({report.tiers['exact']} / {report.tiers['template']} / {report.tiers['semantic']})"),
         ("correct hits", report.correct_hits),

@@ -123,6 +123,7 @@ class TraceReport:
     extra_upstream_share: float
     seconds: float
     seed: int = DEFAULT_SEED  # of the replay's chances
+    from_pairs: bool = False  # the trace was built from labelled pairs, in an order drawn from the seed
     common_share: float = DEFAULT_COMMON_SHARE  # of the stand-in's answer sentences, common to every topic
     reported_wrong: int = 0  # wrong hits that simulated users reported (--feedback-rate)
     learned: bool = False  # the error budget was on
