@@ -79,11 +79,17 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     exact_peak, _ = peak_rps(results, "semcache", "exact_hit")
     exact, semantic = p50(results, "semcache", "exact_hit"), p50(results, "semcache", "semantic_hit")
     miss_overhead = {}
-    for clients in _levels(results, "semcache"):
+    for clients, phases in _levels(results, "semcache").items():
         miss, direct = p50(results, "semcache", "miss", clients), p50(results, "semcache", "direct_upstream", clients)
+        difference = None if miss is None or direct is None else round(miss - direct, 2)
+        # Paired: the median over prompts of (miss - the same prompt sent straight to the stand-in),
+        # whose delay is fixed per prompt. Results without the pairs fall back on the p50s' difference.
+        paired = (phases.get("miss") or {}).get("added_over_direct") or {}
         miss_overhead[clients] = {
             "miss_over_direct_p50": _ratio(miss, direct),
-            "added_p50_ms": None if miss is None or direct is None else round(miss - direct, 2),
+            "added_p50_ms": paired.get("p50_ms", difference),
+            "paired_prompts": paired.get("pairs"),
+            "p50_difference_ms": difference,
         }
     return {
         "vs_embedder": {
@@ -139,6 +145,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     over_embed = found["vs_embedder"]["semantic_hit_p50_over_one_prompt_embed"]
     over_batched = _ratio(semantic_at_most, batched)
     miss_added = (found["miss_overhead"].get(lowest) or {}).get("added_p50_ms")
+    pairs = (found["miss_overhead"].get(lowest) or {}).get("paired_prompts")
+    miss_pairs = f", paired over {pairs} prompts" if pairs else ""
     miss_allowed = None if one_prompt is None else round(2.0 + one_prompt, 2)
     start = results.get("start") or {}
     ready = start.get("ready_p50_s")
@@ -179,7 +187,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "≤ 2 ms + one embedding",
             miss_added,
             at_most(miss_added, miss_allowed),
-            f"{miss_added} ms (allowed {miss_allowed} ms)",
+            f"{miss_added} ms (allowed {miss_allowed} ms{miss_pairs})",
         ),
         _target(
             f"start on {start.get('entries', 1_000_000):,} entries to /healthz ready, p50",
@@ -319,6 +327,10 @@ def _http_section(results: dict[str, Any]) -> str:
         "Closed loop: each client sends its next request when its last is answered. Misses are new prompts "
         "(each with its own number); the same prompts also go straight to the stand-in, for the miss overhead. "
         "`counted/sent`: requests with the expected outcome (only those count) out of all sent. "
+        "`requests/s`: counted requests over the time from the phase's start to its last counted answer; a "
+        "request not counted (a paraphrase the verifier refused waits for the stand-in, hundreds of ms) may "
+        "hold the phase open longer, and that tail is not the counted path's speed (the outcomes and the "
+        "whole wall time are in `results.json`). "
         "`client cores`, `server cores`: CPU time of the load generator and of the server over the phase's wall "
         "time; on 2 cores, a sum near 2 means the machine, not the server alone, set the pace.",
         "",
@@ -330,14 +342,17 @@ def _http_section(results: dict[str, Any]) -> str:
     overhead = results.get("ratios", {}).get("miss_overhead", {})
     if overhead:
         rows = [
-            [c, o["miss_over_direct_p50"], o["added_p50_ms"]]
+            [c, o["miss_over_direct_p50"], o["added_p50_ms"], o.get("paired_prompts"), o.get("p50_difference_ms")]
             for c, o in sorted(overhead.items(), key=lambda i: int(i[0]))
         ]
         text += [
             "",
-            "Miss overhead (semcache miss p50 vs the stand-in's p50 on the same prompts):",
+            "Miss overhead. Each new prompt went straight to the stand-in, then through semcache; the stand-in "
+            "waits the same for a prompt on both paths. `added p50 ms`: the median over prompts of (its miss "
+            "through semcache - its direct call), the figure the target judges; `ratio` and `difference of "
+            "p50s` compare the two phases' medians, which carry the spread of the upstream's delays.",
             "",
-            _table(["clients", "ratio", "added p50 ms"], rows),
+            _table(["clients", "ratio", "added p50 ms", "prompts paired", "difference of p50s ms"], rows),
         ]
     if results.get("meta", {}).get("plot"):
         text += ["", f"![latency distributions]({results['meta']['plot']})"]

@@ -41,6 +41,7 @@ from .http_load import (
     client_pool,
     direct_outcome,
     fill,
+    paired_added_ms,
     run_phase,
     semcache_outcome,
 )
@@ -348,6 +349,9 @@ async def _semcache_phases(
                 progress.advance(task)
             progress.remove_task(task)
             by_level[str(clients)] = {name: result.summary() for name, result in phases.items()}
+            by_level[str(clients)]["miss"]["added_over_direct"] = paired_added_ms(
+                phases["miss"], phases["direct_upstream"]
+            )
             samples["semcache"][str(clients)] = {n: r.samples_ms for n, r in phases.items() if n != "direct_upstream"}
             samples["upstream"][str(clients)] = {"direct": phases["direct_upstream"].samples_ms}
     return {"fill_outcomes": dict(filled), "by_concurrency": by_level, "paired_floor": paired}, samples

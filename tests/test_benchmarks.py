@@ -140,6 +140,60 @@ def test_targets_are_ratios_of_figures_from_the_same_run() -> None:
     assert "LiteLLM proxy: skipped: its venv is not built." in summary
 
 
+def test_the_miss_overhead_is_paired_prompt_by_prompt_when_the_pairs_are_there() -> None:
+    phases = {
+        "miss": {"p50_ms": 700.0, "added_over_direct": {"p50_ms": 4.0, "pairs": 40}},
+        "direct_upstream": {"p50_ms": 550.0},
+    }
+    results = {"embedder": {"one_prompt_p50_ms": 5.0}, "semcache": {"by_concurrency": {"1": phases}}}
+    overhead = benchmark_report.ratios(results)["miss_overhead"]["1"]
+    assert overhead == {"miss_over_direct_p50": 1.27, "added_p50_ms": 4.0, "paired_prompts": 40,
+                        "p50_difference_ms": 150.0}  # fmt: skip
+    miss_target = benchmark_report.targets(results)[3]
+    assert miss_target["status"] == "PASS" and "paired over 40 prompts" in miss_target["measured"]
+
+
+def test_a_phase_counts_throughput_until_its_last_counted_answer_and_pairs_prompts() -> None:
+    """Against a real server: the request that is not counted (slow) holds the phase open, but
+    requests/s ends with the last counted answer; the pairs match prompts, whatever the order."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from benchmarks.http_load import PhaseResult, client_pool, paired_added_ms, run_phase
+    from semcache.testing.uvicorn_thread import ThreadedUvicorn
+
+    async def answer(request: Request) -> Response:
+        prompt = (await request.json())["messages"][0]["content"]
+        if prompt == "slow":
+            await asyncio.sleep(0.6)
+            return JSONResponse({}, headers={"x-semcache": "miss"})
+        return JSONResponse({}, headers={"x-semcache": "exact"})
+
+    server = ThreadedUvicorn(Starlette(routes=[Route("/", answer, methods=["POST"])]))
+
+    async def phase(url: str) -> PhaseResult:
+        async with client_pool(2) as pool:
+            prompts = ["slow", *(f"fast {n}" for n in range(9))]
+            return await run_phase(pool, url, prompts, requests=10, expect="exact",
+                                   outcome_of=lambda r: r.headers.get("x-semcache", "error"))  # fmt: skip
+
+    with server:
+        result = asyncio.run(phase(f"{server.url}/"))
+    summary = result.summary()
+    assert summary["outcomes"] == {"exact": 9, "miss": 1} and summary["count"] == 9
+    assert result.wall_s >= 0.6 > result.counted_s > 0
+    assert summary["throughput_rps"] == round(9 / result.counted_s, 1)
+    assert sorted(result.prompts) == [f"fast {n}" for n in range(9)]
+
+    direct = PhaseResult(samples_ms=[500.0, 300.0, 800.0], prompts=["a", "b", "c"])
+    through = PhaseResult(samples_ms=[303.0, 810.0, 504.0, 9.0], prompts=["b", "c", "a", "not sent directly"])
+    assert paired_added_ms(through, direct) == {"p50_ms": 4.0, "pairs": 3}
+
+
 @pytest.mark.shared_data
 def test_embedders_benchmark_compares_backends_with_torch(embedding_exports: Path) -> None:
     result = embedders.run(
