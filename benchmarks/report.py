@@ -71,6 +71,16 @@ def one_prompt_floor(results: dict[str, Any]) -> tuple[float | None, str]:
     return (results.get("embedder") or {}).get("one_prompt_p50_ms"), "embedder part"
 
 
+def miss_prompt_floor(results: dict[str, Any]) -> tuple[float | None, str]:
+    """One embedding of the prompts the fewest clients' misses sent, timed between the chunks of
+    that miss phase; where it was not measured, the semantic hit's (``one_prompt_floor``)."""
+    paired = _paired_floor(results).get("miss_prompts") or {}
+    if paired.get("one_prompt_p50_ms"):
+        return paired["one_prompt_p50_ms"], "one embedding of the miss prompts, timed between the phase's chunks"
+    floor, source = one_prompt_floor(results)
+    return floor, f"one embedding of the paraphrases, {source}"
+
+
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
     embedder = results.get("embedder") or {}
     batched = embedder.get("batched_texts_per_s")
@@ -146,8 +156,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     over_batched = _ratio(semantic_at_most, batched)
     miss_added = (found["miss_overhead"].get(lowest) or {}).get("added_p50_ms")
     pairs = (found["miss_overhead"].get(lowest) or {}).get("paired_prompts")
-    miss_pairs = f", paired over {pairs} prompts" if pairs else ""
-    miss_allowed = None if one_prompt is None else round(2.0 + one_prompt, 2)
+    miss_pairs = f" over {pairs} prompts paired" if pairs else ""
+    miss_floor, miss_floor_source = miss_prompt_floor(results)
+    miss_allowed = None if miss_floor is None else round(2.0 + miss_floor, 2)
     start = results.get("start") or {}
     ready = start.get("ready_p50_s")
     lag = (results.get("lag") or {}).get("healthz") or {}
@@ -187,7 +198,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "≤ 2 ms + one embedding",
             miss_added,
             at_most(miss_added, miss_allowed),
-            f"{miss_added} ms (allowed {miss_allowed} ms{miss_pairs})",
+            f"{miss_added} ms{miss_pairs} (allowed {miss_allowed} ms: 2 ms + {miss_floor_source})",
         ),
         _target(
             f"start on {start.get('entries', 1_000_000):,} entries to /healthz ready, p50",
@@ -374,6 +385,12 @@ def _embedder_section(results: dict[str, Any]) -> str:
         rows.append([
             f"one prompt per call, p50, between the chunks of the semantic-hit phase ({paired.get('count')} calls)",
             f"{paired['one_prompt_p50_ms']} ms",
+        ])  # fmt: skip
+    misses = paired.get("miss_prompts") or {}
+    if misses.get("one_prompt_p50_ms"):
+        rows.append([
+            f"one prompt per call, p50, the miss phase's own prompts, between its chunks ({misses.get('count')} calls)",
+            f"{misses['one_prompt_p50_ms']} ms",
         ])  # fmt: skip
     by_size = embedder.get("batched_by_size") or {str(embedder.get("batch_size")): embedder.get("batched_texts_per_s")}
     best = str(embedder.get("batched_best_size", embedder.get("batch_size")))

@@ -336,6 +336,10 @@ async def _semcache_phases(
             for phase, target, prompts, requests, expect, outcome_of, server_pid in plan:
                 if phase == "semantic_hit" and clients == min(options.concurrency):
                     phases[phase], paired = await _paired_with_floor(pool, target, prompts, requests, pid, probe)
+                elif phase == "miss" and clients == min(options.concurrency):
+                    phases[phase], paired["miss_prompts"] = await _misses_paired_with_floor(
+                        pool, target, prompts, pid, probe
+                    )
                 else:
                     phases[phase] = await run_phase(
                         pool,
@@ -379,11 +383,18 @@ class FloorProbe:
         return self
 
     def one_prompt_ms(self, count: int) -> list[float]:
-        """``count`` one-prompt timings, or none when the probe did not start."""
+        """``count`` one-prompt timings (of the next paraphrases), or none when the probe did not start."""
+        return self._ask(f"{count}")
+
+    def texts_ms(self, texts: list[str]) -> list[float]:
+        """A one-prompt timing of each of ``texts``, or none when the probe did not start."""
+        return self._ask(json.dumps(texts))
+
+    def _ask(self, line: str) -> list[float]:
         if self.error is not None or self.process is None:
             return []
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(f"{count}\n")
+        self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
         return [float(ms) for ms in json.loads(self.process.stdout.readline())]
 
@@ -418,6 +429,28 @@ async def _paired_with_floor(
             )
         )
         floor_ms += await asyncio.to_thread(probe.one_prompt_ms, count)
+    if not floor_ms:
+        return merged, {"skipped": probe.error or "no timings"}
+    return merged, {"one_prompt_p50_ms": round(statistics.median(floor_ms), 3), "count": len(floor_ms),
+                    "chunks": PAIRED_CHUNKS}  # fmt: skip
+
+
+async def _misses_paired_with_floor(
+    pool: list[HttpClient], chat: str, prompts: list[str], pid: int, probe: FloorProbe
+) -> tuple[PhaseResult, dict[str, Any]]:
+    """The miss phase in ``PAIRED_CHUNKS`` chunks, each followed by one-prompt embeddings of the
+    chunk's own prompts in the floor's process: what a miss adds is held against one embedding of
+    the prompts it embedded, which are longer than the paraphrases (new prompts, each numbered)."""
+    merged, floor_ms = PhaseResult(), []
+    chunk = max(1, len(prompts) // PAIRED_CHUNKS)
+    for start in range(0, len(prompts), chunk):
+        part = prompts[start : start + chunk]
+        merged.extend(
+            await run_phase(
+                pool, chat, part, requests=len(part), expect="miss", outcome_of=semcache_outcome, server_pid=pid
+            )
+        )
+        floor_ms += await asyncio.to_thread(probe.texts_ms, part)
     if not floor_ms:
         return merged, {"skipped": probe.error or "no timings"}
     return merged, {"one_prompt_p50_ms": round(statistics.median(floor_ms), 3), "count": len(floor_ms),
