@@ -81,9 +81,17 @@ def miss_prompt_floor(results: dict[str, Any]) -> tuple[float | None, str]:
     return floor, f"one embedding of the paraphrases, {source}"
 
 
+def batched_floor(results: dict[str, Any]) -> tuple[float | None, str]:
+    """The embedder's best batched rate that the most clients' semantic hits/s is compared with:
+    measured around that phase when it was, else the embedder part's."""
+    paired = _paired_floor(results).get("batched") or {}
+    if paired.get("batched_texts_per_s"):
+        return paired["batched_texts_per_s"], "measured just before and after the phase"
+    return (results.get("embedder") or {}).get("batched_texts_per_s"), "embedder part"
+
+
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
-    embedder = results.get("embedder") or {}
-    batched = embedder.get("batched_texts_per_s")
+    batched, _ = batched_floor(results)
     one_prompt, _ = one_prompt_floor(results)
     semantic_peak, _ = peak_rps(results, "semcache", "semantic_hit")
     exact_peak, _ = peak_rps(results, "semcache", "exact_hit")
@@ -145,7 +153,7 @@ def _highest(results: dict[str, Any], system: str) -> str | None:
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's performance targets, each with the measured value and PASS, MISS or not measured."""
     found = ratios(results)
-    batched = (results.get("embedder") or {}).get("batched_texts_per_s")
+    batched, batched_source = batched_floor(results)
     one_prompt, floor_source = one_prompt_floor(results)
     exact, semantic = p50(results, "semcache", "exact_hit"), p50(results, "semcache", "semantic_hit")
     lowest = _lowest(results, "semcache") or "1"
@@ -184,7 +192,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "≥ 90%",
             over_batched,
             at_least(over_batched, 0.9),
-            f"{over_batched:.0%} ({semantic_at_most}/s vs {batched}/s)" if over_batched else "",
+            f"{over_batched:.0%} ({semantic_at_most}/s vs {batched}/s, {batched_source})" if over_batched else "",
         ),
         _target(
             f"exact-hit p50 ({lowest} client)",
@@ -385,6 +393,13 @@ def _embedder_section(results: dict[str, Any]) -> str:
         rows.append([
             f"one prompt per call, p50, between the chunks of the semantic-hit phase ({paired.get('count')} calls)",
             f"{paired['one_prompt_p50_ms']} ms",
+        ])  # fmt: skip
+    around = paired.get("batched") or {}
+    if around.get("batched_texts_per_s"):
+        rates = ", ".join(f"{size}: {rate}" for size, rate in around.get("batched_by_size", {}).items())
+        rows.append([
+            "best batched rate, just before and after the most clients' semantic-hit phase (by batch size: "
+            f"{rates})", f"{around['batched_texts_per_s']} prompts/s",
         ])  # fmt: skip
     misses = paired.get("miss_prompts") or {}
     if misses.get("one_prompt_p50_ms"):

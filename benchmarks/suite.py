@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,6 +336,12 @@ async def _semcache_phases(
             for phase, target, prompts, requests, expect, outcome_of, server_pid in plan:
                 if phase == "semantic_hit" and clients == min(options.concurrency):
                     phases[phase], paired = await _paired_with_floor(pool, target, prompts, requests, pid, probe)
+                elif phase == "semantic_hit" and clients == max(options.concurrency):
+                    phases[phase], paired["batched"] = await _batched_around(
+                        probe,
+                        run_phase(pool, target, prompts, requests=requests, expect=expect, outcome_of=outcome_of,
+                                  server_pid=server_pid),
+                    )  # fmt: skip
                 elif phase == "miss" and clients == min(options.concurrency):
                     phases[phase], paired["miss_prompts"] = await _misses_paired_with_floor(
                         pool, target, prompts, pid, probe
@@ -384,19 +390,23 @@ class FloorProbe:
 
     def one_prompt_ms(self, count: int) -> list[float]:
         """``count`` one-prompt timings (of the next paraphrases), or none when the probe did not start."""
-        return self._ask(f"{count}")
+        return [float(ms) for ms in self._ask(f"{count}")]
 
     def texts_ms(self, texts: list[str]) -> list[float]:
         """A one-prompt timing of each of ``texts``, or none when the probe did not start."""
-        return self._ask(json.dumps(texts))
+        return [float(ms) for ms in self._ask(json.dumps(texts))]
 
-    def _ask(self, line: str) -> list[float]:
+    def batched_rates(self) -> dict[str, float]:
+        """Prompts/s in batches of each size, once over the paraphrases; none when the probe did not start."""
+        return self._ask("batched") or {}
+
+    def _ask(self, line: str) -> Any:
         if self.error is not None or self.process is None:
             return []
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
-        return [float(ms) for ms in json.loads(self.process.stdout.readline())]
+        return json.loads(self.process.stdout.readline())
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
@@ -433,6 +443,21 @@ async def _paired_with_floor(
         return merged, {"skipped": probe.error or "no timings"}
     return merged, {"one_prompt_p50_ms": round(statistics.median(floor_ms), 3), "count": len(floor_ms),
                     "chunks": PAIRED_CHUNKS}  # fmt: skip
+
+
+async def _batched_around(probe: FloorProbe, phase: Awaitable[PhaseResult]) -> tuple[PhaseResult, dict[str, Any]]:
+    """``phase``, with the embedder's batched rate measured in the floor's process just before and
+    just after it (never at the same time): the throughput target compares rates of the same
+    minutes, as the machine's speed drifts."""
+    before = await asyncio.to_thread(probe.batched_rates)
+    result = await phase
+    after = await asyncio.to_thread(probe.batched_rates)
+    if not before or not after:
+        return result, {"skipped": probe.error or "no timings"}
+    by_size = {size: round((before[size] + after[size]) / 2, 1) for size in before}
+    best = max(by_size, key=by_size.__getitem__)
+    return result, {"batched_texts_per_s": by_size[best], "batched_best_size": int(best), "batched_by_size": by_size,
+                    "before": before, "after": after}  # fmt: skip
 
 
 async def _misses_paired_with_floor(

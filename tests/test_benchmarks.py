@@ -161,6 +161,18 @@ def test_the_miss_overhead_is_paired_prompt_by_prompt_when_the_pairs_are_there()
     assert "allowed 3.5 ms: 2 ms + one embedding of the miss prompts" in miss_target["measured"]
 
 
+def test_hits_per_second_are_held_to_the_batched_rate_measured_around_their_phase() -> None:
+    results: dict[str, Any] = {
+        "embedder": {"one_prompt_p50_ms": 5.0, "batched_texts_per_s": 400.0},
+        "semcache": {"by_concurrency": {"64": {"semantic_hit": {"p50_ms": 100.0, "throughput_rps": 270.0}}}},
+    }
+    assert benchmark_report.targets(results)[1]["status"] == "MISS"  # 68% of the embedder part's rate
+    results["semcache"]["paired_floor"] = {"batched": {"batched_texts_per_s": 300.0, "batched_by_size": {"64": 300.0}}}
+    target = benchmark_report.targets(results)[1]
+    assert target["status"] == "PASS"
+    assert "90% (270.0/s vs 300.0/s, measured just before and after" in target["measured"]
+
+
 def test_a_phase_counts_throughput_until_its_last_counted_answer_and_pairs_prompts() -> None:
     """Against a real server: the request that is not counted (slow) holds the phase open, but
     requests/s ends with the last counted answer; the pairs match prompts, whatever the order."""
