@@ -116,17 +116,28 @@ def run(rounds: int = 3) -> dict[str, Any]:
 def serve() -> None:
     """One-prompt timings on demand, for a measurement paired with the HTTP one: prints ``ready``,
     then answers each line ``N`` on stdin with the milliseconds of the next N paraphrases, embedded
-    one per call, as a JSON list. The machine's speed drifts over minutes; timings taken between
-    the chunks of an HTTP phase drift with it."""
-    embedder = configured_embedder(Settings())
+    one per call, as a JSON list, each line that is a JSON list of texts with theirs (the new
+    prompts a miss phase sent, which are longer than the paraphrases), and each line ``batched``
+    with the paraphrases' prompts/s in batches of each size, once over them, as a JSON object. The
+    machine's speed drifts over minutes; timings taken between the chunks of an HTTP phase drift
+    with it."""
+    settings = Settings()
+    embedder = configured_embedder(settings)
     prompts = Workload.default().paraphrases
     measure_one_prompt(embedder, prompts[:10], 1)  # warm up
     print("ready", flush=True)
     taken = 0
     for line in sys.stdin:
-        count = int(line)
-        chosen = [prompts[(taken + n) % len(prompts)] for n in range(count)]
-        taken += count
+        if line.startswith("batched"):
+            rates = batched_throughput(embedder, prompts, sorted({*BATCH_SIZES, settings.embed_batch_size}), 1)
+            print(json.dumps({str(size): rate for size, rate in rates.items()}), flush=True)
+            continue
+        if line.lstrip().startswith("["):
+            chosen = [str(text) for text in json.loads(line)]
+        else:
+            count = int(line)
+            chosen = [prompts[(taken + n) % len(prompts)] for n in range(count)]
+            taken += count
         print(json.dumps([round(ms, 3) for ms in measure_one_prompt(embedder, chosen, 1)]), flush=True)
 
 

@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import random
+import statistics
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -149,28 +150,44 @@ class Workload:
 
 @dataclass
 class PhaseResult:
-    """What one phase measured: latencies of the requests with the expected outcome, and all outcomes."""
+    """What one phase measured: latencies of the requests with the expected outcome (and their
+    prompts, in the same order), and all outcomes.
+
+    Throughput is counted requests over ``counted_s``, the time from the phase's start to its last
+    counted answer: a request that is not counted (a paraphrase the verifier refused waits for the
+    upstream, hundreds of ms) may hold the phase open after the last counted one, and that tail
+    says nothing about how fast the counted path went. It stays visible in ``outcomes`` and
+    ``wall_s``."""
 
     samples_ms: list[float] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)  # the prompt of each of samples_ms
     outcomes: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
+    counted_s: float = 0.0  # from the start to the last counted answer
     client_cpu_s: float = 0.0  # this process's CPU time: the load generator's share of the cores
     server_cpu_s: float | None = None
 
     def extend(self, part: PhaseResult) -> None:
         """Add what a later part of the same phase measured (its requests ran after these)."""
         self.samples_ms += part.samples_ms
+        self.prompts += part.prompts
         self.outcomes.update(part.outcomes)
         self.wall_s += part.wall_s
+        self.counted_s += part.counted_s
         self.client_cpu_s += part.client_cpu_s
         if part.server_cpu_s is not None:
             self.server_cpu_s = (self.server_cpu_s or 0.0) + part.server_cpu_s
 
+    def latency_by_prompt(self) -> dict[str, float]:
+        """Each counted prompt's latency (ms); the last one where a prompt was sent more than once."""
+        return dict(zip(self.prompts, self.samples_ms, strict=True))
+
     def summary(self) -> dict[str, Any]:
-        throughput = len(self.samples_ms) / self.wall_s if self.wall_s > 0 else 0.0
+        throughput = len(self.samples_ms) / self.counted_s if self.counted_s > 0 else 0.0
         summary = {
             **percentiles(self.samples_ms),
             "throughput_rps": round(throughput, 1),
+            "counted_s": round(self.counted_s, 3),
             "wall_s": round(self.wall_s, 3),
             "outcomes": dict(self.outcomes),
         }
@@ -179,6 +196,19 @@ class PhaseResult:
             if self.server_cpu_s is not None:
                 summary["server_cores"] = round(self.server_cpu_s / self.wall_s, 2)
         return summary
+
+
+def paired_added_ms(through: PhaseResult, direct: PhaseResult) -> dict[str, Any]:
+    """What ``through`` (the cache) added to ``direct`` (the upstream alone), prompt by prompt: the
+    median over the prompts counted in both of (latency through the cache - latency direct). The
+    stand-in's delay is fixed per prompt, so each difference compares equal upstream waits, where a
+    difference of two medians would carry the spread of the delays (hundreds of ms) into a figure of
+    a few ms."""
+    direct_ms = direct.latency_by_prompt()
+    added = [ms - direct_ms[prompt] for prompt, ms in through.latency_by_prompt().items() if prompt in direct_ms]
+    if not added:
+        return {"pairs": 0}
+    return {"p50_ms": round(statistics.median(added), 3), "pairs": len(added)}
 
 
 async def run_phase(
@@ -202,6 +232,8 @@ async def run_phase(
             result.outcomes[outcome] += 1
             if outcome == expect:
                 result.samples_ms.append(elapsed)
+                result.prompts.append(prompt)
+                result.counted_s = time.perf_counter() - started
 
     server_before = process_cpu_s(server_pid)
     cpu_before, started = time.process_time(), time.perf_counter()

@@ -71,19 +71,43 @@ def one_prompt_floor(results: dict[str, Any]) -> tuple[float | None, str]:
     return (results.get("embedder") or {}).get("one_prompt_p50_ms"), "embedder part"
 
 
+def miss_prompt_floor(results: dict[str, Any]) -> tuple[float | None, str]:
+    """One embedding of the prompts the fewest clients' misses sent, timed between the chunks of
+    that miss phase; where it was not measured, the semantic hit's (``one_prompt_floor``)."""
+    paired = _paired_floor(results).get("miss_prompts") or {}
+    if paired.get("one_prompt_p50_ms"):
+        return paired["one_prompt_p50_ms"], "one embedding of the miss prompts, timed between the phase's chunks"
+    floor, source = one_prompt_floor(results)
+    return floor, f"one embedding of the paraphrases, {source}"
+
+
+def batched_floor(results: dict[str, Any]) -> tuple[float | None, str]:
+    """The embedder's best batched rate that the most clients' semantic hits/s is compared with:
+    measured around that phase when it was, else the embedder part's."""
+    paired = _paired_floor(results).get("batched") or {}
+    if paired.get("batched_texts_per_s"):
+        return paired["batched_texts_per_s"], "measured just before and after the phase"
+    return (results.get("embedder") or {}).get("batched_texts_per_s"), "embedder part"
+
+
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
-    embedder = results.get("embedder") or {}
-    batched = embedder.get("batched_texts_per_s")
+    batched, _ = batched_floor(results)
     one_prompt, _ = one_prompt_floor(results)
     semantic_peak, _ = peak_rps(results, "semcache", "semantic_hit")
     exact_peak, _ = peak_rps(results, "semcache", "exact_hit")
     exact, semantic = p50(results, "semcache", "exact_hit"), p50(results, "semcache", "semantic_hit")
     miss_overhead = {}
-    for clients in _levels(results, "semcache"):
+    for clients, phases in _levels(results, "semcache").items():
         miss, direct = p50(results, "semcache", "miss", clients), p50(results, "semcache", "direct_upstream", clients)
+        difference = None if miss is None or direct is None else round(miss - direct, 2)
+        # Paired: the median over prompts of (miss - the same prompt sent straight to the stand-in),
+        # whose delay is fixed per prompt. Results without the pairs fall back on the p50s' difference.
+        paired = (phases.get("miss") or {}).get("added_over_direct") or {}
         miss_overhead[clients] = {
             "miss_over_direct_p50": _ratio(miss, direct),
-            "added_p50_ms": None if miss is None or direct is None else round(miss - direct, 2),
+            "added_p50_ms": paired.get("p50_ms", difference),
+            "paired_prompts": paired.get("pairs"),
+            "p50_difference_ms": difference,
         }
     return {
         "vs_embedder": {
@@ -129,7 +153,7 @@ def _highest(results: dict[str, Any], system: str) -> str | None:
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's performance targets, each with the measured value and PASS, MISS or not measured."""
     found = ratios(results)
-    batched = (results.get("embedder") or {}).get("batched_texts_per_s")
+    batched, batched_source = batched_floor(results)
     one_prompt, floor_source = one_prompt_floor(results)
     exact, semantic = p50(results, "semcache", "exact_hit"), p50(results, "semcache", "semantic_hit")
     lowest = _lowest(results, "semcache") or "1"
@@ -139,7 +163,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     over_embed = found["vs_embedder"]["semantic_hit_p50_over_one_prompt_embed"]
     over_batched = _ratio(semantic_at_most, batched)
     miss_added = (found["miss_overhead"].get(lowest) or {}).get("added_p50_ms")
-    miss_allowed = None if one_prompt is None else round(2.0 + one_prompt, 2)
+    pairs = (found["miss_overhead"].get(lowest) or {}).get("paired_prompts")
+    miss_pairs = f" over {pairs} prompts paired" if pairs else ""
+    miss_floor, miss_floor_source = miss_prompt_floor(results)
+    miss_allowed = None if miss_floor is None else round(2.0 + miss_floor, 2)
     start = results.get("start") or {}
     ready = start.get("ready_p50_s")
     lag = (results.get("lag") or {}).get("healthz") or {}
@@ -165,7 +192,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "≥ 90%",
             over_batched,
             at_least(over_batched, 0.9),
-            f"{over_batched:.0%} ({semantic_at_most}/s vs {batched}/s)" if over_batched else "",
+            f"{over_batched:.0%} ({semantic_at_most}/s vs {batched}/s, {batched_source})" if over_batched else "",
         ),
         _target(
             f"exact-hit p50 ({lowest} client)",
@@ -179,7 +206,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "≤ 2 ms + one embedding",
             miss_added,
             at_most(miss_added, miss_allowed),
-            f"{miss_added} ms (allowed {miss_allowed} ms)",
+            f"{miss_added} ms{miss_pairs} (allowed {miss_allowed} ms: 2 ms + {miss_floor_source})",
         ),
         _target(
             f"start on {start.get('entries', 1_000_000):,} entries to /healthz ready, p50",
@@ -319,6 +346,10 @@ def _http_section(results: dict[str, Any]) -> str:
         "Closed loop: each client sends its next request when its last is answered. Misses are new prompts "
         "(each with its own number); the same prompts also go straight to the stand-in, for the miss overhead. "
         "`counted/sent`: requests with the expected outcome (only those count) out of all sent. "
+        "`requests/s`: counted requests over the time from the phase's start to its last counted answer; a "
+        "request not counted (a paraphrase the verifier refused waits for the stand-in, hundreds of ms) may "
+        "hold the phase open longer, and that tail is not the counted path's speed (the outcomes and the "
+        "whole wall time are in `results.json`). "
         "`client cores`, `server cores`: CPU time of the load generator and of the server over the phase's wall "
         "time; on 2 cores, a sum near 2 means the machine, not the server alone, set the pace.",
         "",
@@ -330,14 +361,17 @@ def _http_section(results: dict[str, Any]) -> str:
     overhead = results.get("ratios", {}).get("miss_overhead", {})
     if overhead:
         rows = [
-            [c, o["miss_over_direct_p50"], o["added_p50_ms"]]
+            [c, o["miss_over_direct_p50"], o["added_p50_ms"], o.get("paired_prompts"), o.get("p50_difference_ms")]
             for c, o in sorted(overhead.items(), key=lambda i: int(i[0]))
         ]
         text += [
             "",
-            "Miss overhead (semcache miss p50 vs the stand-in's p50 on the same prompts):",
+            "Miss overhead. Each new prompt went straight to the stand-in, then through semcache; the stand-in "
+            "waits the same for a prompt on both paths. `added p50 ms`: the median over prompts of (its miss "
+            "through semcache - its direct call), the figure the target judges; `ratio` and `difference of "
+            "p50s` compare the two phases' medians, which carry the spread of the upstream's delays.",
             "",
-            _table(["clients", "ratio", "added p50 ms"], rows),
+            _table(["clients", "ratio", "added p50 ms", "prompts paired", "difference of p50s ms"], rows),
         ]
     if results.get("meta", {}).get("plot"):
         text += ["", f"![latency distributions]({results['meta']['plot']})"]
@@ -359,6 +393,19 @@ def _embedder_section(results: dict[str, Any]) -> str:
         rows.append([
             f"one prompt per call, p50, between the chunks of the semantic-hit phase ({paired.get('count')} calls)",
             f"{paired['one_prompt_p50_ms']} ms",
+        ])  # fmt: skip
+    around = paired.get("batched") or {}
+    if around.get("batched_texts_per_s"):
+        rates = ", ".join(f"{size}: {rate}" for size, rate in around.get("batched_by_size", {}).items())
+        rows.append([
+            "best batched rate, just before and after the most clients' semantic-hit phase (by batch size: "
+            f"{rates})", f"{around['batched_texts_per_s']} prompts/s",
+        ])  # fmt: skip
+    misses = paired.get("miss_prompts") or {}
+    if misses.get("one_prompt_p50_ms"):
+        rows.append([
+            f"one prompt per call, p50, the miss phase's own prompts, between its chunks ({misses.get('count')} calls)",
+            f"{misses['one_prompt_p50_ms']} ms",
         ])  # fmt: skip
     by_size = embedder.get("batched_by_size") or {str(embedder.get("batch_size")): embedder.get("batched_texts_per_s")}
     best = str(embedder.get("batched_best_size", embedder.get("batch_size")))

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from .http_load import (
     client_pool,
     direct_outcome,
     fill,
+    paired_added_ms,
     run_phase,
     semcache_outcome,
 )
@@ -335,6 +336,16 @@ async def _semcache_phases(
             for phase, target, prompts, requests, expect, outcome_of, server_pid in plan:
                 if phase == "semantic_hit" and clients == min(options.concurrency):
                     phases[phase], paired = await _paired_with_floor(pool, target, prompts, requests, pid, probe)
+                elif phase == "semantic_hit" and clients == max(options.concurrency):
+                    phases[phase], paired["batched"] = await _batched_around(
+                        probe,
+                        run_phase(pool, target, prompts, requests=requests, expect=expect, outcome_of=outcome_of,
+                                  server_pid=server_pid),
+                    )  # fmt: skip
+                elif phase == "miss" and clients == min(options.concurrency):
+                    phases[phase], paired["miss_prompts"] = await _misses_paired_with_floor(
+                        pool, target, prompts, pid, probe
+                    )
                 else:
                     phases[phase] = await run_phase(
                         pool,
@@ -348,6 +359,9 @@ async def _semcache_phases(
                 progress.advance(task)
             progress.remove_task(task)
             by_level[str(clients)] = {name: result.summary() for name, result in phases.items()}
+            by_level[str(clients)]["miss"]["added_over_direct"] = paired_added_ms(
+                phases["miss"], phases["direct_upstream"]
+            )
             samples["semcache"][str(clients)] = {n: r.samples_ms for n, r in phases.items() if n != "direct_upstream"}
             samples["upstream"][str(clients)] = {"direct": phases["direct_upstream"].samples_ms}
     return {"fill_outcomes": dict(filled), "by_concurrency": by_level, "paired_floor": paired}, samples
@@ -375,13 +389,24 @@ class FloorProbe:
         return self
 
     def one_prompt_ms(self, count: int) -> list[float]:
-        """``count`` one-prompt timings, or none when the probe did not start."""
+        """``count`` one-prompt timings (of the next paraphrases), or none when the probe did not start."""
+        return [float(ms) for ms in self._ask(f"{count}")]
+
+    def texts_ms(self, texts: list[str]) -> list[float]:
+        """A one-prompt timing of each of ``texts``, or none when the probe did not start."""
+        return [float(ms) for ms in self._ask(json.dumps(texts))]
+
+    def batched_rates(self) -> dict[str, float]:
+        """Prompts/s in batches of each size, once over the paraphrases; none when the probe did not start."""
+        return self._ask("batched") or {}
+
+    def _ask(self, line: str) -> Any:
         if self.error is not None or self.process is None:
             return []
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(f"{count}\n")
+        self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
-        return [float(ms) for ms in json.loads(self.process.stdout.readline())]
+        return json.loads(self.process.stdout.readline())
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
@@ -414,6 +439,43 @@ async def _paired_with_floor(
             )
         )
         floor_ms += await asyncio.to_thread(probe.one_prompt_ms, count)
+    if not floor_ms:
+        return merged, {"skipped": probe.error or "no timings"}
+    return merged, {"one_prompt_p50_ms": round(statistics.median(floor_ms), 3), "count": len(floor_ms),
+                    "chunks": PAIRED_CHUNKS}  # fmt: skip
+
+
+async def _batched_around(probe: FloorProbe, phase: Awaitable[PhaseResult]) -> tuple[PhaseResult, dict[str, Any]]:
+    """``phase``, with the embedder's batched rate measured in the floor's process just before and
+    just after it (never at the same time): the throughput target compares rates of the same
+    minutes, as the machine's speed drifts."""
+    before = await asyncio.to_thread(probe.batched_rates)
+    result = await phase
+    after = await asyncio.to_thread(probe.batched_rates)
+    if not before or not after:
+        return result, {"skipped": probe.error or "no timings"}
+    by_size = {size: round((before[size] + after[size]) / 2, 1) for size in before}
+    best = max(by_size, key=by_size.__getitem__)
+    return result, {"batched_texts_per_s": by_size[best], "batched_best_size": int(best), "batched_by_size": by_size,
+                    "before": before, "after": after}  # fmt: skip
+
+
+async def _misses_paired_with_floor(
+    pool: list[HttpClient], chat: str, prompts: list[str], pid: int, probe: FloorProbe
+) -> tuple[PhaseResult, dict[str, Any]]:
+    """The miss phase in ``PAIRED_CHUNKS`` chunks, each followed by one-prompt embeddings of the
+    chunk's own prompts in the floor's process: what a miss adds is held against one embedding of
+    the prompts it embedded, which are longer than the paraphrases (new prompts, each numbered)."""
+    merged, floor_ms = PhaseResult(), []
+    chunk = max(1, len(prompts) // PAIRED_CHUNKS)
+    for start in range(0, len(prompts), chunk):
+        part = prompts[start : start + chunk]
+        merged.extend(
+            await run_phase(
+                pool, chat, part, requests=len(part), expect="miss", outcome_of=semcache_outcome, server_pid=pid
+            )
+        )
+        floor_ms += await asyncio.to_thread(probe.texts_ms, part)
     if not floor_ms:
         return merged, {"skipped": probe.error or "no timings"}
     return merged, {"one_prompt_p50_ms": round(statistics.median(floor_ms), 3), "count": len(floor_ms),

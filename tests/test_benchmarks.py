@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,6 +139,79 @@ def test_targets_are_ratios_of_figures_from_the_same_run() -> None:
     summary = benchmark_report.markdown({**results, "targets": targets})
     assert "| exact hits vs GPTCache, p50 | ≥ 15× faster | 43.75× | **PASS** |" in summary
     assert "LiteLLM proxy: skipped: its venv is not built." in summary
+
+
+def test_the_miss_overhead_is_paired_prompt_by_prompt_when_the_pairs_are_there() -> None:
+    phases = {
+        "miss": {"p50_ms": 700.0, "added_over_direct": {"p50_ms": 4.0, "pairs": 40}},
+        "direct_upstream": {"p50_ms": 550.0},
+    }
+    results: dict[str, Any] = {"embedder": {"one_prompt_p50_ms": 5.0},
+                               "semcache": {"by_concurrency": {"1": phases}}}  # fmt: skip
+    overhead = benchmark_report.ratios(results)["miss_overhead"]["1"]
+    assert overhead == {"miss_over_direct_p50": 1.27, "added_p50_ms": 4.0, "paired_prompts": 40,
+                        "p50_difference_ms": 150.0}  # fmt: skip
+    miss_target = benchmark_report.targets(results)[3]
+    assert miss_target["status"] == "PASS" and "4.0 ms over 40 prompts paired" in miss_target["measured"]
+    assert "allowed 7.0 ms: 2 ms + one embedding of the paraphrases" in miss_target["measured"]
+    # The miss phase's own prompts, embedded between its chunks, are the embedding a miss is held to.
+    results["semcache"]["paired_floor"] = {"one_prompt_p50_ms": 5.0, "miss_prompts": {"one_prompt_p50_ms": 1.5}}
+    miss_target = benchmark_report.targets(results)[3]
+    assert miss_target["status"] == "MISS"
+    assert "allowed 3.5 ms: 2 ms + one embedding of the miss prompts" in miss_target["measured"]
+
+
+def test_hits_per_second_are_held_to_the_batched_rate_measured_around_their_phase() -> None:
+    results: dict[str, Any] = {
+        "embedder": {"one_prompt_p50_ms": 5.0, "batched_texts_per_s": 400.0},
+        "semcache": {"by_concurrency": {"64": {"semantic_hit": {"p50_ms": 100.0, "throughput_rps": 270.0}}}},
+    }
+    assert benchmark_report.targets(results)[1]["status"] == "MISS"  # 68% of the embedder part's rate
+    results["semcache"]["paired_floor"] = {"batched": {"batched_texts_per_s": 300.0, "batched_by_size": {"64": 300.0}}}
+    target = benchmark_report.targets(results)[1]
+    assert target["status"] == "PASS"
+    assert "90% (270.0/s vs 300.0/s, measured just before and after" in target["measured"]
+
+
+def test_a_phase_counts_throughput_until_its_last_counted_answer_and_pairs_prompts() -> None:
+    """Against a real server: the request that is not counted (slow) holds the phase open, but
+    requests/s ends with the last counted answer; the pairs match prompts, whatever the order."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from benchmarks.http_load import PhaseResult, client_pool, paired_added_ms, run_phase
+    from semcache.testing.uvicorn_thread import ThreadedUvicorn
+
+    async def answer(request: Request) -> Response:
+        prompt = (await request.json())["messages"][0]["content"]
+        if prompt == "slow":
+            await asyncio.sleep(0.6)
+            return JSONResponse({}, headers={"x-semcache": "miss"})
+        return JSONResponse({}, headers={"x-semcache": "exact"})
+
+    server = ThreadedUvicorn(Starlette(routes=[Route("/", answer, methods=["POST"])]))
+
+    async def phase(url: str) -> PhaseResult:
+        async with client_pool(2) as pool:
+            prompts = ["slow", *(f"fast {n}" for n in range(9))]
+            return await run_phase(pool, url, prompts, requests=10, expect="exact",
+                                   outcome_of=lambda r: r.headers.get("x-semcache", "error"))  # fmt: skip
+
+    with server:
+        result = asyncio.run(phase(f"{server.url}/"))
+    summary = result.summary()
+    assert summary["outcomes"] == {"exact": 9, "miss": 1} and summary["count"] == 9
+    assert result.wall_s >= 0.6 > result.counted_s > 0
+    assert summary["throughput_rps"] == round(9 / result.counted_s, 1)
+    assert sorted(result.prompts) == [f"fast {n}" for n in range(9)]
+
+    direct = PhaseResult(samples_ms=[500.0, 300.0, 800.0], prompts=["a", "b", "c"])
+    through = PhaseResult(samples_ms=[303.0, 810.0, 504.0, 9.0], prompts=["b", "c", "a", "not sent directly"])
+    assert paired_added_ms(through, direct) == {"p50_ms": 4.0, "pairs": 3}
 
 
 @pytest.mark.shared_data

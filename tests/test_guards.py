@@ -180,3 +180,16 @@ def test_a_number_of_thousands_of_digits_is_compared_as_written() -> None:
     digits = "7" * 25_000  # past Python's limit on converting digits to an int
     assert all(verdicts(f"Is {digits} prime?", f"Is {digits} prime?").values())
     assert not verdicts(f"Is {digits} prime?", f"Is {digits[:-1]}8 prime?")["numbers"]
+
+
+def test_a_stored_prompt_read_before_gives_the_same_verdicts_and_long_ones_are_not_kept() -> None:
+    """The cached side's reading is kept between checks (it is the same stored prompt again and
+    again); a reading kept gives the verdicts a fresh one gives, whatever the query."""
+    stored = "How many calories are in 100g of rice?"
+    queries = ["How many calories are in 200g of rice?", "How many calories in 100 g of rice?", "Wie viele Kalorien?"]
+    fresh = [[r.passed for r in guards.check(query, stored, guards.GUARD_NAMES)] for query in queries]
+    kept = [[r.passed for r in guards.check(query, stored, guards.GUARD_NAMES)] for query in queries]
+    assert fresh == kept and fresh[0] != fresh[1]
+    assert guards._cached_reading(stored) is guards._cached_reading(stored)
+    long = "Why? " * 300
+    assert guards._cached_reading(long) is not guards._cached_reading(long)

@@ -21,6 +21,7 @@ touching the logic.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 from ...settings import GUARD_NAMES, validate_guards
 from .dates import dates
@@ -60,5 +61,20 @@ def named_entities(text: str) -> list[str]:
 
 def check(query: str, cached: str, enabled: Iterable[str]) -> list[GuardResult]:
     """Run the enabled guards; a candidate may be served only if every result passed."""
-    left, right = Prompt.of(query), Prompt.of(cached)
+    left, right = Prompt.of(query), _cached_reading(cached)
     return [_GUARDS[name](left, right) for name in enabled]
+
+
+# A stored prompt is a candidate again and again, and reading it is a share of every check: short
+# ones are read once (a reading never changes), a bounded number of them. Queries are read anew.
+_KEPT_READINGS = 1024
+_KEPT_READING_CHARS = 1_000
+
+
+def _cached_reading(text: str) -> Prompt:
+    return _kept_reading(text) if len(text) <= _KEPT_READING_CHARS else Prompt.of(text)
+
+
+@lru_cache(maxsize=_KEPT_READINGS)
+def _kept_reading(text: str) -> Prompt:
+    return Prompt.of(text)
