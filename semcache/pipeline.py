@@ -794,19 +794,20 @@ class Pipeline:
             return
         if same is None:
             return
-        # A verified hit is a right answer reworded, or a wrong one: "different" counts against the
-        # verifier only from a judge that knows how this namespace's rewordings read.
-        if probe.source == "audit" and not same and not self.judge.knows_same_answers(namespace, case.embedding_model):
-            return
+        if probe.source == "audit":  # the verifier's label: it weighs the approvals, not the line's labels
+            # A verified hit is a right answer reworded, or a wrong one: "different" counts against
+            # the verifier only from a judge that knows how this namespace's rewordings read.
+            knows = self.judge.knows_same_answers(namespace, case.embedding_model)
+            self.semantic.audited(namespace, language, probe.similarity, same, judge_knows=knows)
+            if not same and not knows:
+                return
         if not same:
             # The entry's own boundary: its answer was wrong this close, so it needs more.
             try:
                 await self.store.raise_min_similarity(probe.entry_id, min(1.0, probe.similarity + _FEEDBACK_MARGIN))
             except StoreUnavailable as exc:
                 log.warning("could not raise a refuted entry's threshold: %s", exc.message)
-        if probe.source == "audit":  # the verifier's label, not the line's
-            self.semantic.audited(namespace, language, probe.similarity, same)
-        elif probe.source in ("near_miss", "explored"):
+        if probe.source in ("near_miss", "explored"):
             self.budgets.label(namespace, language, probe.similarity, same, probe.source)
 
     async def labels_settled(self) -> None:

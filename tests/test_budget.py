@@ -1,5 +1,6 @@
-"""Error budgets: the decision line each namespace learns from labelled evidence, its estimate of
-the wrong share, exploration's bounds, and the evidence's trip through SQLite and Redis."""
+"""Error budgets: the decision line each namespace learns from labelled evidence (a verifier's
+approvals among it, at their audited error rate), its estimate of the wrong share, exploration's
+bounds, and the evidence's trip through SQLite and Redis."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from semcache.decision.budget import BudgetRule, ErrorBudgets, share_evidence
+from semcache.decision.budget import BudgetRule, ErrorBudgets, conservative_start, share_evidence
 from semcache.stores import SQLiteStore
 from semcache.stores.redis import RedisStore
 from testkit.redis_server import RedisServer
@@ -112,6 +113,70 @@ def test_evidence_outside_the_bins_is_ignored() -> None:
     assert budgets.estimate("ns", "latin", RULE).labels_total == 0
 
 
+# -- a verifier's approvals ------------------------------------------------------------------------
+
+LEARNING = BudgetRule(prior=0.91, target_error=0.01, start=conservative_start(0.91))  # starts at 0.98
+
+
+def verified_traffic(approvals: int = 0, audits: int = 0, wrong_audits: int = 0) -> ErrorBudgets:
+    """A namespace that learns, whose judges labelled only its explored hits at the top (and four
+    wrong near misses far below), and whose verifier approved ``approvals`` candidates in the band
+    between them; ``audits`` of its verified hits were judged, ``wrong_audits`` of them wrong."""
+    budgets = ErrorBudgets(confidence=0.9, rng=random.Random(11))
+    rng = random.Random(12)
+    for _ in range(60):
+        budgets.label("ns", "latin", rng.uniform(0.98, 1.0), True, "explored")
+    for _ in range(4):
+        budgets.label("ns", "latin", 0.82, False, "near_miss")
+    for _ in range(3000):
+        budgets.candidate_seen("ns", "latin", rng.uniform(0.80, 1.0), LEARNING, 0.98)
+    for _ in range(approvals):
+        budgets.verdict("ns", "latin", rng.uniform(0.85, 0.98))
+    for number in range(audits):
+        budgets.audited("ns", "latin", correct=number >= wrong_audits)
+    return budgets
+
+
+def test_approvals_count_for_nothing_until_audits_vouch_for_the_verifier() -> None:
+    judged_only = verified_traffic().line("ns", "latin", LEARNING)
+    assert judged_only == pytest.approx(0.98, abs=0.005)  # nothing vouches for the band
+    budgets = verified_traffic(approvals=4000)
+    assert budgets.line("ns", "latin", LEARNING) == judged_only
+    estimate = budgets.estimate("ns", "latin", LEARNING)
+    assert (estimate.verdicts, estimate.verdict_labels, estimate.verifier_error_bound) == (4000, 0, 1.0)
+    assert estimate.labels_total == 64  # approvals are no judge's labels
+
+
+def test_approvals_bring_the_line_down_at_the_verifiers_certified_error_rate() -> None:
+    budgets = verified_traffic(approvals=4000, audits=200)  # none wrong: the bound is about 0.008
+    estimate = budgets.estimate("ns", "latin", LEARNING)
+    assert estimate.verdict_labels == 4000 and estimate.verifier_error_bound == pytest.approx(0.0081, abs=0.0002)
+    line = budgets.line("ns", "latin", LEARNING)
+    assert 0.85 <= line < 0.9  # into the band they approved, not down to the wrong near misses
+    assert estimate.interval[1] <= LEARNING.target_error
+    # Each approval weighs as 0.8% of a wrong label: 2,000 of them cannot yet vouch for 1%.
+    assert verified_traffic(approvals=2000, audits=200).line("ns", "latin", LEARNING) == pytest.approx(0.98, abs=0.005)
+    as_dict = estimate.as_dict()
+    assert as_dict["verdict_labels"] == 4000 and as_dict["verifier_audits"] == 200
+    assert as_dict["labels_total"] == 64 and set(as_dict["labels"]) == {"near_miss", "explored", "feedback"}
+
+
+def test_a_verifier_whose_audits_go_wrong_teaches_nothing_and_approvals_never_start_learning() -> None:
+    judged_only = verified_traffic().line("ns", "latin", LEARNING)
+    budgets = verified_traffic(approvals=4000, audits=200, wrong_audits=5)
+    estimate = budgets.estimate("ns", "latin", LEARNING)
+    assert estimate.verifier_error_bound > LEARNING.target_error and estimate.verdict_labels == 0
+    assert budgets.line("ns", "latin", LEARNING) == judged_only
+    fresh = ErrorBudgets(confidence=0.9)  # approvals and audits alone: the line has no labels to learn from
+    for _ in range(1000):
+        fresh.verdict("ns", "latin", 0.9)
+    for _ in range(400):
+        fresh.audited("ns", "latin", correct=True)
+    assert fresh.line("ns", "latin", LEARNING) == LEARNING.starting_line
+    assert not fresh.estimate("ns", "latin", LEARNING).learning
+    assert not fresh.should_explore("ns", "latin", LEARNING)
+
+
 # -- the evidence in the stores -------------------------------------------------------------------
 
 
@@ -140,6 +205,20 @@ async def test_evidence_survives_a_restart_in_sqlite(tmp_path: Path) -> None:
     await reopened.close()
     assert later.estimate("support", "latin", RULE).labels == {"near_miss": 4, "explored": 0, "feedback": 0}
     assert later.estimate("support", "han", RULE).labels_total == 1
+
+
+async def test_approvals_and_audits_travel_through_sqlite_and_redis(tmp_path: Path, redis_server: RedisServer) -> None:
+    sqlite = SQLiteStore(tmp_path / "entries.sqlite3")
+    await sqlite.open()
+    for store in (sqlite, RedisStore(redis_server.url, prefix="budget-verdicts")):
+        budgets = verified_traffic(approvals=4000, audits=200, wrong_audits=1)
+        await share_evidence(budgets, store)
+        later = ErrorBudgets(confidence=0.9)
+        await share_evidence(later, store)
+        estimate = later.estimate("ns", "latin", LEARNING)
+        assert (estimate.verdicts, estimate.verifier_audits, estimate.verifier_audits_wrong) == (4000, 200, 1)
+        assert later.line("ns", "latin", LEARNING) == budgets.line("ns", "latin", LEARNING)
+        await store.close()
 
 
 async def test_replicas_on_one_redis_add_up_their_evidence(redis_server: RedisServer) -> None:

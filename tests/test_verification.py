@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
+from semcache.decision.budget import ErrorBudgets
+from semcache.decision.quality import NamespacePolicies, QualityPolicy
 from semcache.decision.verification import (
     VERIFICATION_MARK,
     UpstreamVerifier,
@@ -25,7 +28,11 @@ from semcache.decision.verification import (
     verdict_of,
     verification_messages,
 )
+from semcache.entries import CacheEntry
+from semcache.index import ScopedVectorIndex
+from semcache.keys import cache_api_key
 from semcache.testing.standin_upstream import StandinUpstream
+from semcache.tiers.semantic import SemanticTier
 from testkit.servers import SemcacheProcess
 
 from .conftest import ask
@@ -168,6 +175,44 @@ def test_audited_verified_hits_that_go_wrong_narrow_the_band_and_then_stop_verif
     assert verification.lower_edge("other", "latin", 0.91) == start
     verification.forget("ns")
     assert verification.lower_edge("ns", "latin", 0.91) == start
+
+
+class OneEntry:
+    """A store that holds one entry."""
+
+    def __init__(self, entry: CacheEntry) -> None:
+        self.entry = entry
+
+    async def get(self, entry_id: int) -> CacheEntry | None:
+        return self.entry if entry_id == self.entry.id else None
+
+    async def get_by_exact_key(self, exact_key: str) -> CacheEntry | None:
+        return None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_approval_is_the_budgets_evidence_once_however_often_its_pair_is_served(mode: str) -> None:
+    key = cache_api_key("ns", PARAPHRASE, {})
+    entry = CacheEntry("ns", key.scope, "cached-key", "m", QUESTION, "Practise daily.", 0.0, None, id=7)
+    inner, budgets = CountingVerifier("yes"), ErrorBudgets()
+    policies = NamespacePolicies(QualityPolicy(threshold=0.91, verify=mode))  # type: ignore[arg-type]
+    tier = SemanticTier(ScopedVectorIndex(4), OneEntry(entry), policies, Verification(inner), budgets=budgets)
+    vector = np.zeros(4, dtype=np.float32)
+
+    async def lookups() -> list[bool]:
+        served = []
+        for _ in range(3):  # under the line (0.98 for a new namespace), in the band
+            result = await tier.lookup(key, vector, 0.0, [(7, 0.9)], explore=False)
+            served.append(result.hit is not None and result.hit.verified)
+            await tier.verification.settled()
+        return served
+
+    served = asyncio.run(lookups())
+    tier.close()
+    assert served == ([True] * 3 if mode == "sync" else [False, True, True])  # async: from the next time on
+    assert len(inner.asked) == 1
+    estimate = budgets.estimate("ns", "latin", tier.rule("ns", "latin"))
+    assert estimate.verdicts == 1 and estimate.labels_total == 0
 
 
 # -- through the service --------------------------------------------------------------------------

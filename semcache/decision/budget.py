@@ -7,7 +7,15 @@ Evidence is counted in bins of cosine similarity:
 - traffic: lookups whose best candidate (one the guards let through) fell in the bin;
 - labels: candidates whose stored answer a judge compared with a fresh upstream answer to the same
   request (near misses just under the line, explored would-be hits), or that a client reported on
-  (feedback), each correct or wrong.
+  (feedback), each correct or wrong;
+- verdicts: candidates a verifier approved when asked (``semcache.decision.verification``), and the
+  audits of verified hits (answered from the upstream instead and judged), right or wrong.
+
+A verdict counts as a label only at the verifier's audited error rate: once at least
+``MIN_VERIFIER_AUDITS`` audits put the upper bound of their wrong share (at the budget's
+confidence) within ``target_error``, each approval counts as that bound's share of a wrong label
+and the rest of a right one. Until then approvals count for nothing, neither right nor wrong, and
+they never count towards ``min_labels``.
 
 Each bin's error rate comes from strata of labels (below the lowest label, from the prior: the
 target at the configured threshold, more errors below it), made non-increasing in similarity (pool
@@ -58,6 +66,8 @@ MARGINAL_FACTOR = 3.0
 _RECOMPUTE_EVERY = 50
 # Where a learning line starts, in units of the prior's distance from 1, below 1.
 START_LINE = 0.22
+# Audits of verified hits before their wrong share can vouch for the verifier's approvals.
+MIN_VERIFIER_AUDITS = 10
 # Clients choose namespaces: past this many namespace-and-script budgets, new ones keep the prior
 # and are not counted, so that neither memory nor the store grows without bound.
 MAX_BUDGETS = 10_000
@@ -121,6 +131,11 @@ class Estimate:
     traffic: int  # lookups with a candidate the guards passed
     hits_given_up: int  # would-be hits at the prior that the line held back
     explored: int
+    verdicts: int = 0  # approvals the verifier gave when asked
+    verdict_labels: int = 0  # of them, those counted as labels now: all once the audits vouch, else none
+    verifier_audits: int = 0
+    verifier_audits_wrong: int = 0
+    verifier_error_bound: float = 1.0  # the upper bound of the audited wrong share (1.0: too few audits)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +145,9 @@ class Estimate:
             "interval": [round(self.interval[0], 4), round(self.interval[1], 4)], "confidence": self.confidence,
             "labels": dict(self.labels), "labels_total": self.labels_total, "traffic": self.traffic,
             "hits_given_up": self.hits_given_up, "explored": self.explored,
+            "verdicts": self.verdicts, "verdict_labels": self.verdict_labels,
+            "verifier_audits": self.verifier_audits, "verifier_audits_wrong": self.verifier_audits_wrong,
+            "verifier_error_bound": round(self.verifier_error_bound, 4),
         }  # fmt: skip
 
 
@@ -138,19 +156,50 @@ class _Evidence:
     traffic: list[int] = field(default_factory=lambda: [0] * BINS)
     correct: list[int] = field(default_factory=lambda: [0] * BINS)
     wrong: list[int] = field(default_factory=lambda: [0] * BINS)
-    counters: Counter[str] = field(default_factory=Counter)  # labels by source, hits given up, explored
+    verdicts: list[int] = field(default_factory=lambda: [0] * BINS)  # a verifier's approvals
+    # labels by source, hits given up, explored, audits of verified hits and the wrong ones among them
+    counters: Counter[str] = field(default_factory=Counter)
 
     def add(self, counts: dict[str, int]) -> None:
         for name, count in counts.items():
             kind, _, rest = name.partition(":")
-            if kind in ("t", "c", "w") and rest.isdigit() and int(rest) < BINS:
-                {"t": self.traffic, "c": self.correct, "w": self.wrong}[kind][int(rest)] += count
+            if kind in ("t", "c", "w", "y") and rest.isdigit() and int(rest) < BINS:
+                {"t": self.traffic, "c": self.correct, "w": self.wrong, "y": self.verdicts}[kind][int(rest)] += count
             elif kind in ("src", "n"):
                 self.counters[name] += count
 
     @property
     def labels_total(self) -> int:
+        """The judges' and clients' labels (a verifier's approvals are not among them)."""
         return sum(self.correct) + sum(self.wrong)
+
+    def verifier_error_bound(self, z: float) -> float:
+        """The upper bound of the audited verified hits' wrong share (1.0 while they are too few)."""
+        audited = self.counters["n:audited"]
+        if audited < MIN_VERIFIER_AUDITS:
+            return 1.0
+        return wilson(self.counters["n:audited_wrong"] / audited, audited, z)[1]
+
+    def labels(self, rule: BudgetRule, z: float) -> _Labels:
+        """The labels per bin: the judges' and clients', and the verifier's approvals at their audited
+        error rate once the audits vouch for it within ``target_error``."""
+        bound = self.verifier_error_bound(z)
+        if bound > rule.target_error or not any(self.verdicts):
+            return _Labels([float(n) for n in self.correct], [float(n) for n in self.wrong], 0)
+        correct = [c + (1.0 - bound) * y for c, y in zip(self.correct, self.verdicts, strict=True)]
+        wrong = [w + bound * y for w, y in zip(self.wrong, self.verdicts, strict=True)]
+        return _Labels(correct, wrong, sum(self.verdicts))
+
+
+@dataclass(frozen=True)
+class _Labels:
+    correct: list[float]
+    wrong: list[float]
+    verdicts: int  # the approvals among them
+
+    def lowest(self) -> int | None:
+        """The lowest bin with a label."""
+        return next((i for i in range(BINS) if self.correct[i] + self.wrong[i] > 0), None)
 
 
 class ErrorBudgets:
@@ -257,6 +306,17 @@ class ErrorBudgets:
             return
         self._add(namespace, language, {f"{'c' if correct else 'w'}:{index}": 1, f"src:{source}": 1})
 
+    def verdict(self, namespace: str, language: str, similarity: float) -> None:
+        """A verifier approved the candidate at ``similarity`` when asked (a remembered verdict is
+        not news: it was counted when given)."""
+        index = bin_of(similarity)
+        if index is not None:
+            self._add(namespace, language, {f"y:{index}": 1})
+
+    def audited(self, namespace: str, language: str, correct: bool) -> None:
+        """A judge's label of a verified hit answered from the upstream instead: the verifier's audit."""
+        self._add(namespace, language, {"n:audited": 1, **({} if correct else {"n:audited_wrong": 1})})
+
     def _add(self, namespace: str, language: str, counts: dict[str, int]) -> None:
         if not counts:
             return
@@ -269,7 +329,7 @@ class ErrorBudgets:
             self._unseen[key] += 1
             # A label can move the line: it is redone now, in the labelling task, rather than by the
             # next lookup. Traffic moves it little, so lines are redone every so often.
-            if any(name[0] in "cw" for name in counts):
+            if any(name[0] in "cwy" or name.startswith("n:audited") for name in counts):
                 self._unseen[key] = 0
                 self._relearn_lines(namespace, language)
             elif self._unseen[key] >= _RECOMPUTE_EVERY:
@@ -339,7 +399,8 @@ class ErrorBudgets:
         line = self.line(namespace, language, rule)
         with self._lock:
             evidence = self._evidence.get((namespace, language)) or _Evidence()
-            rate, low, high = self._wrong_share(evidence, _fit(evidence, rule), line)
+            counted = evidence.labels(rule, self._z)
+            rate, low, high = self._wrong_share(evidence, _fit(counted, rule), line)
             labels: dict[str, int] = {source: evidence.counters[f"src:{source}"] for source in LABEL_SOURCES}
             return Estimate(
                 line=round(line, 4), prior=rule.prior, learning=rule.learn and evidence.labels_total >= self.min_labels,
@@ -347,16 +408,24 @@ class ErrorBudgets:
                 interval=(low, high),
                 confidence=self.confidence, labels=labels, labels_total=evidence.labels_total,
                 traffic=sum(evidence.traffic), hits_given_up=evidence.counters["n:given_up"],
-                explored=evidence.counters["n:explored"],
+                explored=evidence.counters["n:explored"], verdicts=sum(evidence.verdicts),
+                verdict_labels=counted.verdicts, verifier_audits=evidence.counters["n:audited"],
+                verifier_audits_wrong=evidence.counters["n:audited_wrong"],
+                verifier_error_bound=evidence.verifier_error_bound(self._z),
             )  # fmt: skip
 
     # -- the estimate --------------------------------------------------------------------------------
 
     def _learned_line(self, evidence: _Evidence, rule: BudgetRule) -> float:
+        # Approvals alone never switch learning on: they are only the candidates a verifier let
+        # through, and only judges' labels (its "no"s become near misses) show how the rest fare.
         if evidence.labels_total < self.min_labels:
             return rule.starting_line
-        fit = _fit(evidence, rule)
-        lowest_label = next(i for i in range(BINS) if evidence.correct[i] + evidence.wrong[i])
+        counted = evidence.labels(rule, self._z)
+        fit = _fit(counted, rule)
+        lowest_label = counted.lowest()
+        if lowest_label is None:
+            return rule.starting_line
         # Never below the labels, nor further below the prior than its band: a namespace's own
         # clients make its evidence, and must not talk its line down to nothing.
         floor = max(bin_floor(lowest_label), rule.prior - LOWEST_LINE * (1.0 - rule.prior))
@@ -450,24 +519,25 @@ def prior_error(similarity: float, rule: BudgetRule) -> float:
     return min(_PRIOR_MAX_ERROR, rule.target_error * math.exp((rule.prior - similarity) / scale))
 
 
-def _fit(evidence: _Evidence, rule: BudgetRule) -> _Fit:
+def _fit(counted: _Labels, rule: BudgetRule) -> _Fit:
     """Each bin's error rate, from strata of at least ``_STRATUM_LABELS`` labels taken from the
     lowest label up; the top stratum reaches to 1.0, so bins above every label share the rate of the
     labels below them, which bounds theirs (wrong answers grow rarer as similarity rises). The
     strata's rates are made non-increasing in similarity (pool adjacent violators). Below the lowest
     label only the prior speaks, bin by bin, with the weight of one label each."""
-    labelled = [i for i in range(BINS) if evidence.wrong[i] + evidence.correct[i]]
-    strata: list[tuple[int, int, int, int]] = []  # (first bin, end bin, wrong, labels), from the top
+    labelled = [i for i in range(BINS) if counted.wrong[i] + counted.correct[i] > 0]
+    # (first bin, end bin, wrong, labels), from the top; counts are fractional where approvals count
+    strata: list[tuple[int, int, float, float]] = []
     if labelled:
-        bottom_up: list[list[int]] = []  # [first, end, wrong, labels]
-        start, wrong, labels = labelled[0], 0, 0
+        bottom_up: list[list[Any]] = []  # [first, end, wrong, labels]
+        start, wrong, labels = labelled[0], 0.0, 0.0
         for index in range(labelled[0], BINS):
-            wrong += evidence.wrong[index]
-            labels += evidence.wrong[index] + evidence.correct[index]
-            if labels >= _STRATUM_LABELS:
+            wrong += counted.wrong[index]
+            labels += counted.wrong[index] + counted.correct[index]
+            if labels >= _STRATUM_LABELS - 1e-9:
                 bottom_up.append([start, index + 1, wrong, labels])
-                start, wrong, labels = index + 1, 0, 0
-        if bottom_up and labels < _STRATUM_LABELS:  # the few top labels join the stratum below
+                start, wrong, labels = index + 1, 0.0, 0.0
+        if bottom_up and labels < _STRATUM_LABELS - 1e-9:  # the few top labels join the stratum below
             top = bottom_up[-1]
             top[1], top[2], top[3] = BINS, top[2] + wrong, top[3] + labels
         elif start < BINS:
@@ -481,7 +551,7 @@ def _fit(evidence: _Evidence, rule: BudgetRule) -> _Fit:
     for index in range(end - 1, -1, -1):  # below every label, each bin has the prior's rate for it
         means.append(prior_error(min(bin_floor(index) + BIN_WIDTH / 2, rule.prior), rule))
         weights.append(_PRIOR_WEIGHT)
-        strata.append((index, index + 1, 0, 0))
+        strata.append((index, index + 1, 0.0, 0.0))
     rates, weights_of, blocks = [0.0] * BINS, [0.0] * BINS, [0] * BINS
     # Pooled from the top down, a rate must not fall: reversed, it is the non-increasing fit.
     pooled = _pool_adjacent_violators(means[::-1], weights[::-1])

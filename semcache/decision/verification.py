@@ -16,9 +16,11 @@ timeout or an open breaker is a miss. Guards always veto first: a verifier never
 - The verifier is audited: a small share of verified hits is answered from the upstream instead and
   judged like any explored hit. Where audited verified hits are surely wrong more often than the
   hits at a learned line may be (``MARGINAL_FACTOR`` times ``target_error``), the band's edge rises
-  past them, up to the line: the namespace
-  narrows its band, or stops verifying. Verdicts teach the band only; they are never counted as
-  the error budget's labels.
+  past them, up to the line: the namespace narrows its band, or stops verifying.
+- Verdicts count as the error budget's labels only at their audited error rate: the caller hands
+  each approval the verifier gives when asked (``on_fresh``; a remembered one was counted when
+  given) and each audit to the budget, which counts approvals as labels once the audits certify
+  the verifier's wrong share within ``target_error`` (``semcache.decision.budget``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ log = logging.getLogger("semcache.decision.verification")
 VerifyMode = Literal["sync", "async", "off"]
 VERIFY_MODES: tuple[VerifyMode, ...] = ("sync", "async", "off")
 Verdict = Literal["yes", "no", "failed"]
+OnVerdict = Callable[[Verdict], None]
 # The header that marks a request as semcache's own verification, for the upstream's logs and stand-ins.
 VERIFICATION_HEADER = "X-Semcache-Verification"
 # How a verification tells the upstream backend to send that header: a key no HTTP header can spell
@@ -315,8 +318,11 @@ class Verification:
                 verdicts.move_to_end((case.query_key, case.entry_id))
             return verdict
 
-    async def verify(self, case: VerificationCase, headers: Mapping[str, str]) -> Verdict:
-        """Ask the verifier (a remembered verdict costs nothing)."""
+    async def verify(
+        self, case: VerificationCase, headers: Mapping[str, str], on_fresh: OnVerdict | None = None
+    ) -> Verdict:
+        """Ask the verifier (a remembered verdict costs nothing). ``on_fresh`` is called with a
+        verdict the verifier gave now: not with a remembered one, nor with a failure."""
         verdict = self.remembered(case)
         if verdict is not None:
             return verdict
@@ -330,20 +336,26 @@ class Verification:
                                 cost)  # fmt: skip
         if reply.verdict != "failed":  # a failure is not remembered: the next request may ask again
             self._remember(case, reply.verdict)
+            if on_fresh is not None:
+                on_fresh(reply.verdict)
         return reply.verdict
 
-    def verify_later(self, case: VerificationCase, headers: Mapping[str, str]) -> None:
+    def verify_later(
+        self, case: VerificationCase, headers: Mapping[str, str], on_fresh: OnVerdict | None = None
+    ) -> None:
         """``async``: verify in the background, for the next time this pair comes up."""
         if self._verifier is None or len(self._pending) >= _MAX_PENDING or self.remembered(case) is not None:
             return
         # Only what the call needs leaves the request: its credentials, not its body.
-        task = asyncio.ensure_future(self._verify_quietly(case, dict(headers)))
+        task = asyncio.ensure_future(self._verify_quietly(case, dict(headers), on_fresh))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _verify_quietly(self, case: VerificationCase, headers: Mapping[str, str]) -> None:
+    async def _verify_quietly(
+        self, case: VerificationCase, headers: Mapping[str, str], on_fresh: OnVerdict | None
+    ) -> None:
         try:
-            await self.verify(case, headers)
+            await self.verify(case, headers, on_fresh)
         except Exception:
             log.exception("a background verification failed")
 

@@ -9,7 +9,9 @@ A candidate is served only if, in order:
 3. every enabled guard passes (numbers, negation, entities, ...);
 4. under the line but within the verification band (``semcache.decision.verification``), a model says the
    cached answer answers the query: the first such candidate is verified, and decides. A few
-   verified hits are audited instead: answered from the upstream, and judged.
+   verified hits are audited instead: answered from the upstream, and judged. Each approval the
+   verifier gives when asked, and each audit, is the error budget's evidence: approvals count as
+   labels at the verifier's audited error rate.
 Each lookup leaves a ``Decision`` that explains the outcome. A similar request still in flight is
 judged by the same rules (``accepts_in_flight``), less those that need a stored entry.
 
@@ -33,7 +35,7 @@ import numpy as np
 from ..decision import guards
 from ..decision.budget import BudgetRule, ErrorBudgets, conservative_start
 from ..decision.quality import Decision, NamespacePolicies, QualityPolicy
-from ..decision.verification import Verification, VerificationCase, band_start
+from ..decision.verification import Verdict, Verification, VerificationCase, band_start
 from ..entries import CacheEntry
 from ..feedback import WrongAnswers
 from ..index import ScopedVectorIndex
@@ -225,10 +227,22 @@ class SemanticTier:
         self.verification.audit_taken(namespace)
         return True
 
-    def audited(self, namespace: str, language: str, similarity: float, correct: bool) -> None:
-        """A judge's label of an audited verified hit: held against the namespace's budget."""
-        rule = self.rule(namespace, language)
-        self.verification.audited(namespace, language, similarity, correct, rule.target_error, self.budgets.z)
+    def audited(self, namespace: str, language: str, similarity: float, correct: bool, *, judge_knows: bool) -> None:
+        """A judge's label of an audited verified hit. ``judge_knows``: the judge knows how this
+        namespace's right answers read, so that its "different" may count against the verifier."""
+        if judge_knows:
+            # Approvals are weighed by the audits of a judge that could have said "different" alone:
+            # counting the others' "same", the verifier's right answers would vouch for it.
+            self.budgets.audited(namespace, language, correct)
+        if correct or judge_knows:
+            rule = self.rule(namespace, language)
+            self.verification.audited(namespace, language, similarity, correct, rule.target_error, self.budgets.z)
+
+    def _approved(self, case: VerificationCase, verdict: Verdict) -> None:
+        """A verdict the verifier gave when asked: an approval is the budget's evidence (once: a
+        remembered verdict is not given again)."""
+        if verdict == "yes":
+            self.budgets.verdict(case.namespace, case.language, case.similarity)
 
     async def accepts_in_flight(
         self, key: RequestKey, vector: np.ndarray, candidate: str, similarity: float
@@ -261,7 +275,7 @@ class SemanticTier:
         its verdict is not remembered)."""
         case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, None, candidate, answer, key.model,
                                 similarity)  # fmt: skip
-        verdict = await self.verification.verify(case, headers)
+        verdict = await self.verification.verify(case, headers, functools.partial(self._approved, case))
         outcome = "hit: a request in flight" if verdict == "yes" else "miss"
         self._decide(Decision(namespace=key.namespace, query=key.prompt, decision=outcome, candidate=candidate,
                               similarity=round(similarity, 4), language=key.language,
@@ -305,11 +319,13 @@ class SemanticTier:
     ) -> bool:
         """Whether a model approves the candidate: now (``sync``, or a verdict remembered), or in the
         background for the next time (``async``), which is no for this request."""
+        approved = functools.partial(self._approved, case)
         if mode == "async" and self.verification.remembered(case) is None:
-            self.verification.verify_later(case, headers)
+            self.verification.verify_later(case, headers, approved)
             decision.verification = "pending"
             return False
-        decision.verification = await self.verification.verify(case, headers)  # a remembered verdict is free
+        # A remembered verdict is free, and not counted again.
+        decision.verification = await self.verification.verify(case, headers, approved)
         return decision.verification == "yes"
 
     def _verify_mode(self, policy: QualityPolicy) -> str:
