@@ -328,8 +328,36 @@ def _quality_metrics(quality: tuple[dict[str, Any], ...]) -> Iterable[Metric]:
     explored = CounterMetricFamily(
         "semcache_explored", "Would-be hits answered from the upstream to label them.", labels=labels
     )
+    band_edge = GaugeMetricFamily(
+        "semcache_verification_band_edge",
+        "The lowest cosine a candidate is verified at (1.0: verification off).",
+        labels=labels,
+    )
+    approvals = CounterMetricFamily(
+        "semcache_verifier_approvals", "Approvals the verifier gave when asked.", labels=labels
+    )
+    approvals_counted = GaugeMetricFamily(
+        "semcache_verifier_approvals_counted",
+        "Of those approvals, the ones counted as labels now (all once audits vouch for the verifier, else none).",
+        labels=labels,
+    )
+    audits = CounterMetricFamily(
+        "semcache_verifier_audits", "Verified hits answered from the upstream and judged.", labels=[*labels, "outcome"]
+    )
+    audit_upper = GaugeMetricFamily(
+        "semcache_verifier_wrong_share_upper",
+        "Upper confidence bound of the audited wrong share of verified hits (1.0: too few audits).",
+        labels=labels,
+    )
     for item in quality:
         names = [str(item["namespace"]), str(item["language"])]
+        verification = item.get("verification") or {}
+        band_edge.add_metric(names, 1.0 if verification.get("mode") == "off" else verification.get("lower_edge", 1.0))
+        approvals.add_metric(names, item["verdicts"])
+        approvals_counted.add_metric(names, item["verdict_labels"])
+        audits.add_metric([*names, "right"], item["verifier_audits"] - item["verifier_audits_wrong"])
+        audits.add_metric([*names, "wrong"], item["verifier_audits_wrong"])
+        audit_upper.add_metric(names, item["verifier_error_bound"])
         line.add_metric(names, item["decision_line"])
         estimated.add_metric(names, item["estimated_error"])
         upper.add_metric(names, item["interval"][1])
@@ -338,3 +366,4 @@ def _quality_metrics(quality: tuple[dict[str, Any], ...]) -> Iterable[Metric]:
         given_up.add_metric(names, item["hits_given_up"])
         explored.add_metric(names, item["explored"])
     yield from (line, estimated, upper, evidence, given_up, explored)
+    yield from (band_edge, approvals, approvals_counted, audits, audit_upper)

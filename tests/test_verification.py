@@ -258,6 +258,14 @@ def test_a_paraphrase_under_the_line_is_verified_then_served(
     assert stats["prompt_tokens"] > 0
     metrics = httpx.get(f"{service}/metrics").text
     assert 'semcache_verifications_total{namespace="default",verdict="yes"} 1.0' in metrics
+    assert 'semcache_verifier_approvals_total{language="latin",namespace="default"} 1.0' in metrics
+    # One approval, no audit yet: it is not the budget's label until audits vouch for the verifier.
+    assert 'semcache_verifier_approvals_counted{language="latin",namespace="default"} 0.0' in metrics
+    assert 'semcache_verifier_audits_total{language="latin",namespace="default",outcome="wrong"} 0.0' in metrics
+    assert 'semcache_verifier_wrong_share_upper{language="latin",namespace="default"} 1.0' in metrics
+    scripts = httpx.get(f"{service}/admin/namespaces/default/quality").json()["scripts"]
+    edge = next(s for s in scripts if s["language"] == "latin")["verification"]["lower_edge"]
+    assert f'semcache_verification_band_edge{{language="latin",namespace="default"}} {edge}' in metrics
 
 
 @pytest.mark.slow
@@ -316,6 +324,8 @@ def test_guards_veto_before_any_verification_and_off_never_verifies(
     ask(client, QUESTION, extra_headers=plain)
     assert ask(client, PARAPHRASE, extra_headers=plain)[1]["x-semcache"] == "miss"
     assert verifications(upstream) == []
+    metrics = httpx.get(f"{service}/metrics").text
+    assert 'semcache_verification_band_edge{language="latin",namespace="plain"} 1.0' in metrics
     bad = httpx.put(f"{service}/admin/namespaces/plain/config", json={"verify": "sometimes"})
     assert bad.status_code == 400 and bad.json()["error"]["message"]
 
