@@ -153,6 +153,19 @@ def test_the_band_rises_to_where_candidates_stop_passing_in_that_namespace_alone
     assert verification.lower_edge("ns", "latin", 0.91) == start
 
 
+def test_the_band_comes_back_down_where_candidates_pass_again() -> None:
+    inner = CountingVerifier("no")
+    verification = Verification(inner)
+    start = band_start(0.91)
+    for number in range(30):  # an unlucky start: every candidate low in the band refused
+        asyncio.run(verification.verify(case(query=f"early {number}", similarity=start + 0.005), {}))
+    assert verification.lower_edge("ns", "latin", 0.91) > start
+    inner.verdict = "yes"
+    for number in range(40):  # later verdicts there pass: most of them, in all
+        asyncio.run(verification.verify(case(query=f"later {number}", similarity=start + 0.005), {}))
+    assert verification.lower_edge("ns", "latin", 0.91) == start
+
+
 def test_audited_verified_hits_that_go_wrong_narrow_the_band_and_then_stop_verification() -> None:
     verification = Verification(CountingVerifier("yes"))
     start = band_start(0.91)
@@ -213,6 +226,34 @@ def test_an_approval_is_the_budgets_evidence_once_however_often_its_pair_is_serv
     assert len(inner.asked) == 1
     estimate = budgets.estimate("ns", "latin", tier.rule("ns", "latin"))
     assert estimate.verdicts == 1 and estimate.labels_total == 0
+
+
+def test_under_the_edge_a_few_candidates_are_verified_in_the_background_and_never_served() -> None:
+    entry_key = cache_api_key("ns", QUESTION, {})
+    entry = CacheEntry("ns", entry_key.scope, "cached-key", "m", QUESTION, "Practise daily.", 0.0, None, id=7)
+    inner = CountingVerifier("no")
+    policies = NamespacePolicies(QualityPolicy(threshold=0.91, verify="sync"))
+    tier = SemanticTier(ScopedVectorIndex(4), OneEntry(entry), policies, Verification(inner), budgets=ErrorBudgets())
+    vector = np.zeros(4, dtype=np.float32)
+    low = 0.72  # in the band as it starts (0.676), under the edge its refusals teach
+    for number in range(25):
+        asyncio.run(tier.verification.verify(case(query=f"refused {number}", entry_id=7, similarity=low), {}))
+    edge = tier.verification.lower_edge("ns", "latin", 0.91)
+    assert low < edge
+
+    async def lookup(number: int) -> bool:
+        key = cache_api_key("ns", f"{PARAPHRASE} ({number})", {})
+        result = await tier.lookup(key, vector, 0.0, [(7, low)], explore=False)
+        await tier.verification.settled()
+        return result.hit is not None
+
+    assert not any(asyncio.run(lookup(number)) for number in range(8))
+    assert len(inner.asked) == 25 + 2  # a quarter of them, none served
+    inner.verdict = "yes"  # the candidates there pass now: the edge comes down, and they are served
+    served_at = next((n for n in range(8, 400) if asyncio.run(lookup(n))), None)
+    tier.close()
+    assert served_at is not None
+    assert tier.verification.lower_edge("ns", "latin", 0.91) <= low
 
 
 # -- through the service --------------------------------------------------------------------------

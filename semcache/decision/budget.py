@@ -554,7 +554,7 @@ def _fit(counted: _Labels, rule: BudgetRule) -> _Fit:
         strata.append((index, index + 1, 0.0, 0.0))
     rates, weights_of, blocks = [0.0] * BINS, [0.0] * BINS, [0] * BINS
     # Pooled from the top down, a rate must not fall: reversed, it is the non-increasing fit.
-    pooled = _pool_adjacent_violators(means[::-1], weights[::-1])
+    pooled = non_increasing_fit(means[::-1], weights[::-1])
     for number, (start, stop, mean, weight) in enumerate(pooled):
         for stratum in strata[len(strata) - stop : len(strata) - start]:
             for index in range(stratum[0], stratum[1]):
@@ -562,7 +562,7 @@ def _fit(counted: _Labels, rule: BudgetRule) -> _Fit:
     return _Fit(rates, weights_of, blocks)
 
 
-def _pool_adjacent_violators(means: list[float], weights: list[float]) -> list[tuple[int, int, float, float]]:
+def non_increasing_fit(means: list[float], weights: list[float]) -> list[tuple[int, int, float, float]]:
     """The non-increasing fit of ``means``: blocks of (start, end, mean, weight)."""
     blocks: list[list[float]] = []  # [start, end, mean, weight]
     for index, (mean, weight) in enumerate(zip(means, weights, strict=True)):

@@ -11,8 +11,11 @@ timeout or an open breaker is a miss. Guards always veto first: a verifier never
 - A verdict is remembered for its pair (the new prompt's exact key and the entry), so a repeat
   costs nothing; the memory is bounded per namespace and in namespaces.
 - The band's lower edge starts ``VERIFY_BAND`` times the prior's distance from 1 below the prior
-  (0.70 for MiniLM's 0.91) and rises, per namespace and script, to where candidates stop passing:
-  verifying where a model almost always says no costs calls, and lets its false yeses through.
+  (0.676 for MiniLM's 0.91) and moves, per namespace and script, to the lowest similarity from which
+  candidates pass at least half the time: verifying where a model mostly says no costs calls, and
+  lets its false yeses through. A quarter of the candidates under the edge (down to the start) are
+  verified in the background without being served, so that the edge comes back down where they
+  pass again: a few unlucky verdicts early on do not close a band for good.
 - The verifier is audited: a small share of verified hits is answered from the upstream instead and
   judged like any explored hit. Where audited verified hits are surely wrong more often than the
   hits at a learned line may be (``MARGINAL_FACTOR`` times ``target_error``), the band's edge rises
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..observer import NullObserver, Observer
-from .budget import MARGINAL_FACTOR, wilson
+from .budget import MARGINAL_FACTOR, non_increasing_fit, wilson
 
 if TYPE_CHECKING:
     from ..protocols import Upstream
@@ -58,12 +61,17 @@ VERIFICATION_MARK = "semcache:verification"
 
 # Where the band starts, in units of the prior's distance from 1 below it.
 VERIFY_BAND = 2.6
-# The band's edge is learned in bins of this width: it rises past the lowest runs of bins whose
-# verifications (at least _MIN_VERDICTS in a run) surely passed less often than _MIN_PASS_SHARE.
+# The band's edge is learned from verdicts in bins of this width, once it holds _MIN_VERDICTS below it.
 _BIN_WIDTH = 0.02
 _MIN_VERDICTS = 20
 _Z = 1.2816  # one-sided 90%
+# The edge is the lowest bin from which candidates pass at least this often (fitted so that the
+# pass share does not fall as similarity rises): below it most say no, and a model's false yeses
+# there would be most of what it approves.
 _MIN_PASS_SHARE = 0.5
+# Below the edge (down to where the band starts), this share of candidates is verified in the
+# background without being served, so that the edge learns where candidates pass again.
+PROBE_SHARE = 0.25
 # The cached answer is quoted up to this many characters: enough to judge it, and a bounded cost.
 _QUOTED_ANSWER_CHARS = 4_000
 # Remembered verdicts: per namespace, and namespaces (the least recently used forgotten first).
@@ -186,34 +194,35 @@ def band_start(prior: float) -> float:
 
 
 class _Band:
-    """One namespace and script's verdicts by similarity bin, and the edge they taught."""
+    """One namespace and script's verdicts by similarity bin, and the edge they teach."""
 
     def __init__(self) -> None:
         self.passed: dict[int, int] = {}
         self.asked: dict[int, int] = {}
-        self.edge = 0.0  # learned: no lower than this (the start applies too)
+        self.edge = 0.0  # learned (0.0: not yet); the start applies too
 
     def add(self, similarity: float, passed: bool) -> None:
         index = math.floor(similarity / _BIN_WIDTH)
         self.asked[index] = self.asked.get(index, 0) + 1
         self.passed[index] = self.passed.get(index, 0) + passed
-        # From the edge up, in runs of bins: rise past each run whose pass share is surely under
-        # _MIN_PASS_SHARE (its 90% upper bound is), stop at the first that surely is not, and pool
-        # a run that cannot tell yet with the bins above it.
-        asked = passed_here = 0
-        for low in sorted(self.asked):
-            if low * _BIN_WIDTH < self.edge - 1e-9:
-                continue
-            asked += self.asked[low]
-            passed_here += self.passed[low]
-            if asked < _MIN_VERDICTS:
-                continue
-            lower, upper = wilson(passed_here / asked, asked, _Z)
-            if lower >= _MIN_PASS_SHARE:
+        self.edge = self._learned_edge()
+
+    def _learned_edge(self) -> float:
+        """The lowest similarity from which candidates pass at least ``_MIN_PASS_SHARE`` of the time,
+        from every verdict so far: it falls again when the probes under it pass."""
+        if sum(self.asked.values()) < _MIN_VERDICTS:
+            return 0.0
+        top_down = sorted(self.asked, reverse=True)
+        shares = [self.passed[index] / self.asked[index] for index in top_down]
+        weights = [float(self.asked[index]) for index in top_down]
+        lowest = top_down[0] + 1  # no bin passes often enough: the edge is above every verdict
+        for _, stop, share, _ in non_increasing_fit(shares, weights):
+            if share < _MIN_PASS_SHARE:
                 break
-            if upper < _MIN_PASS_SHARE:
-                self.edge = round((low + 1) * _BIN_WIDTH, 4)
-                asked = passed_here = 0
+            lowest = top_down[stop - 1]
+        # Rising past bins needs as many verdicts in them as a learned edge needs in all.
+        below = sum(count for index, count in self.asked.items() if index < lowest)
+        return round(lowest * _BIN_WIDTH, 4) if below >= _MIN_VERDICTS else 0.0
 
 
 class _Audit:
@@ -264,6 +273,7 @@ class Verification:
         self._bands: dict[tuple[str, str], _Band] = {}
         self._audits: dict[tuple[str, str], _Audit] = {}
         self._audit_allowance: OrderedDict[str, float] = OrderedDict()  # per namespace
+        self._probe_allowance: OrderedDict[str, float] = OrderedDict()  # per namespace
         self._pending: set[asyncio.Task[None]] = set()
 
     @property
@@ -271,12 +281,23 @@ class Verification:
         return self._verifier is not None
 
     def lower_edge(self, namespace: str, language: str, prior: float) -> float:
-        """The lowest similarity verified in this namespace and script."""
+        """The lowest similarity verified (and served when approved) in this namespace and script."""
         start = band_start(prior)
         with self._lock:
             band = self._bands.get((namespace, language))
             audit = self._audits.get((namespace, language))
             return max(start, band.edge if band else 0.0, audit.edge if audit else 0.0)
+
+    def probe_due(self, namespace: str) -> bool:
+        """One more candidate under the edge in ``namespace``: whether ``PROBE_SHARE`` of them has come
+        due to be verified without being served."""
+        with self._lock:
+            allowance = self._probe_allowance.pop(namespace, 0.0) + PROBE_SHARE
+            due = allowance >= 1.0
+            self._probe_allowance[namespace] = allowance - 1.0 if due else allowance
+            while len(self._probe_allowance) > _VERDICT_NAMESPACES:
+                self._probe_allowance.popitem(last=False)
+            return due
 
     def audit_due(self, namespace: str) -> bool:
         """One more verified hit in ``namespace``: whether ``AUDIT_SHARE`` of them has come due to be

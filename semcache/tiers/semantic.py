@@ -158,7 +158,9 @@ class SemanticTier:
         floor = band_start(rule.prior) if rule.learn else line
         verify = self._verify_mode(policy)
         edge = self.verification.lower_edge(key.namespace, key.language, rule.prior) if verify != "off" else 1.0
-        lowest = min(floor, edge)
+        # Under the edge, down to where the band starts, a few candidates are verified without being served.
+        probe_floor = band_start(rule.prior) if verify != "off" else 1.0
+        lowest = min(floor, probe_floor)
         decision = Decision(
             namespace=key.namespace, query=key.prompt, decision="miss", language=key.language, threshold=line
         )
@@ -203,6 +205,10 @@ class SemanticTier:
                         hit = Hit(tier="semantic", answer=entry.answer, matched_prompt=entry.prompt,
                                   entry_id=entry.id, similarity=similarity, verified=True)  # fmt: skip
                         return SemanticResult(hit=hit)
+                elif similarity >= probe_floor and self.verification.probe_due(key.namespace):
+                    case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, entry.id,
+                                            entry.prompt, entry.answer, key.model, similarity)  # fmt: skip
+                    self.verification.verify_later(case, headers or {}, functools.partial(self._approved, case))
                 # A near miss; the log keeps why a candidate above the line was refused.
                 self._decide(decision if decision.verification else rejected or decision)
                 if similarity < floor:
