@@ -294,3 +294,13 @@ def test_recall_at_precision_takes_the_lowest_line_that_keeps_precision() -> Non
     duplicate = np.array([True, True, False, True, True])
     assert recall_at_precision(score, duplicate, 0.8) == (1.0, 0.5)  # 4 right of all 5
     assert recall_at_precision(score, duplicate, 0.85) == (0.5, 0.98)  # the top 3 or 4 fall short
+
+
+def test_the_semantic_hit_target_names_this_machines_floor_beside_its_ratio() -> None:
+    phases = {"exact_hit": {"p50_ms": 0.4}, "semantic_hit": {"p50_ms": 1.8}}
+    results: dict[str, Any] = {"embedder": {"one_prompt_p50_ms": 1.0}, "semcache": {"by_concurrency": {"1": phases}}}
+    target = benchmark_report.targets(results)[0]
+    # 1.4× no semantic hit can beat here (an exact hit's 0.4 ms on a 1 ms embedding): 1.8× misses 1.3×.
+    assert target["status"] == "MISS"
+    assert "1.8× (1.8 ms vs 1.0 ms" in target["measured"]
+    assert "an exact hit plus one embedding, this machine's floor: 1.4×" in target["measured"]
