@@ -25,6 +25,13 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("What does LeBron James think of Kobe Bryant?", "What does Kobe Bryant think of LeBron James?", "order"),
         ("Are cats afraid of tigers?", "Are tigers afraid of cats?", "order"),
         ("What is 2³?", "What is 23?", "numbers"),
+        ("Can I return shoes after one week?", "Can I return shoes after two weeks?", "numbers"),
+        ("Who was the first king of Spain?", "Who was the king of Spain?", "numbers"),
+        ("Is 1 coffee a day bad for you?", "Is a coffee a day bad for you?", "numbers"),
+        ("Why isnt my printer working?", "Why is my printer working?", "negation"),
+        ("Do cats dream?", "Dont cats dream?", "negation"),
+        ("Why do I sleep more in winter?", "Why do I sleep less in winter?", "antonyms"),
+        ("Is the pharmacy open at 8 am?", "Is the pharmacy open at 8 pm?", "numbers"),
         ("What is 2³?", "What is 23?", "literals"),
         ("What does `ls -R` do?", "What does `ls -r` do?", "literals"),
         ("What does ls -R do?", "What does ls -r do?", "literals"),
@@ -65,6 +72,10 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("Node.js vs Deno: which is faster?", "node.js vs Deno, which is faster?"),
         ("What painting/drawing describes you?", "What painting or drawing describes you?"),  # prose's slash
         ("Which song(s) do you play on loop?", "Which songs do you play on loop?"),
+        ("How can one learn to juggle?", "How do I learn to juggle?"),  # "one" as a pronoun
+        ("Which one is better for pasta, olive oil or butter?", "Is olive oil or butter better for pasta?"),
+        ("Can I return shoes after one week?", "Can I return shoes after 1 week?"),
+        ("Why isnt my printer working?", "Why isn't my printer working?"),  # no apostrophe
         ("What does this print?\n" + LOOP, "What is the output?\n" + LOOP),  # the question around code
     ],
 )
@@ -139,6 +150,7 @@ def test_template_passes_prompts_that_are_not_one_template_filled_differently(qu
         ("How do I enable dark mode?", "How do I disable dark mode?", "antonyms"),
         ("How do I raise the volume?", "How do I lower the volume?", "antonyms"),
         ("¿Cómo enciendo el wifi?", "¿Cómo apago el wifi?", "antonyms"),
+        ("¿Cómo activo el modo avión?", "¿Cómo desactivo el modo avión?", "antonyms"),
         ("Warum bellt mein Hund?", "Warum bellt mein Hund nicht?", "negation"),
         ("Pourquoi mon chat dort-il ?", "Pourquoi mon chat ne dort-il pas ?", "negation"),
         ("¿Por qué llueve?", "¿Por qué no llueve nada?", "negation"),  # "no ... nada" is one negation

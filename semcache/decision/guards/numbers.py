@@ -5,12 +5,18 @@
 words, ordinals and units come from its table (``languages``); Chinese numerals are read as numbers
 ("十一月" is 11, "三百五十" is 350, "第二" is 2, "100毫克" is 100 mg). Superscripts are exponents:
 "2³" is 2 and 3, never 23.
+
+A one written as a counting word ("one", "eins", "uno") is soft: it may stand against no number at all,
+since it is as often a pronoun, an article or an idiom ("how can one …", "which one", "one day");
+against another number it differs as any number does ("one day" vs "two days"). Digits and
+ordinals are never soft: "1 day" vs "a day" and "the first president" vs "the president" differ.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
 
 from . import chinese
 from .languages import CHINESE, Tables
@@ -59,9 +65,22 @@ def _joined(values: list[float]) -> float:
     return total + current
 
 
-def values(prompt: Prompt, tables: Tables) -> set[str]:
+@dataclass(frozen=True)
+class Numbers:
+    """A prompt's numbers: ``soft`` are those read only from a counting word for one (see above)."""
+
+    found: frozenset[str]
+    soft: frozenset[str]
+
+    def against(self, other: Numbers) -> frozenset[str]:
+        """The numbers that must match ``other``'s: a soft one only where ``other`` says it too."""
+        return self.found - (self.soft - other.found)
+
+
+def values(prompt: Prompt, tables: Tables) -> Numbers:
     """The numbers of ``prompt``, each with its unit where one follows or is attached ("100 g")."""
     found = set(chinese.numbers(prompt.raw, CHINESE.UNITS)) if prompt.han else set()
+    counted: set[str] = set()  # read from counting words, where "one" may be no number at all
     words = prompt.words
     position = 0
 
@@ -95,17 +114,18 @@ def values(prompt: Prompt, tables: Tables) -> set[str]:
                 run.append(tables.numbers[words[position]])
                 position += 1
             unit, position = unit_after(position)
-            found.add(spelled(_joined(run)) + unit)
+            counted.add(spelled(_joined(run)) + unit)
             continue
         if word in tables.number_like or word in tables.ordinals:
             found.add(spelled(tables.number_like.get(word) or tables.ordinals[word]))
         position += 1
-    return found
+    soft = {value for value in counted - found if value == "1" or value.startswith("1 ")}
+    return Numbers(frozenset(found | counted), frozenset(soft))
 
 
 def numbers(query: Prompt, cached: Prompt) -> GuardResult:
     tables = tables_for(query, cached)
     left, right = values(query, tables), values(cached, tables)
-    if left == right:
+    if left.against(right) == right.against(left):
         return GuardResult("numbers", True)
-    return GuardResult("numbers", False, f"{sorted(left)} vs {sorted(right)}")
+    return GuardResult("numbers", False, f"{sorted(left.found)} vs {sorted(right.found)}")

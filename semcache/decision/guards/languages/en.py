@@ -6,7 +6,11 @@ do does did have has had i me my we our you your he his she her it its they them
 whose when where why how this that these those there here can could should would will shall may might must
 some any all each every very much many than too also just only
 """
-NEGATIONS = "not no never none nobody nothing neither nor without cannot nowhere"
+# With the contractions written without their apostrophe, as people type them ("isnt", "dont").
+NEGATIONS = """
+not no never none nobody nothing neither nor without cannot nowhere isnt arent wasnt werent dont doesnt didnt
+hasnt havent hadnt cant couldnt wouldnt shouldnt wont mustnt neednt aint
+"""
 NEGATIVE_CONCORD = False
 NUMBERS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
@@ -41,6 +45,7 @@ UNITS = {
     "gbps": "gbps", "hz": "hz", "khz": "khz", "mhz": "mhz", "ghz": "ghz", "w": "w", "watt": "w", "watts": "w",
     "kw": "kw", "kwh": "kwh", "v": "v", "volt": "v", "volts": "v", "mah": "mah", "percent": "%",
     "cal": "kcal", "kcal": "kcal", "calorie": "kcal", "calories": "kcal", "degree": "°", "degrees": "°",
+    "am": "am", "pm": "pm",
 }  # fmt: skip
 MONTHS = {
     "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "april": 4, "apr": 4, "may": 5, "june": 6,
@@ -82,6 +87,7 @@ OPPOSITES = [
     ("incoming", "outgoing"), ("inbound", "outbound"), ("overweight", "underweight"), ("borrow", "lend"),
     ("join", "leave"), ("heavy heavier", "light lighter"),
     ("strong stronger", "weak weaker"), ("early earlier", "late later"), ("gain", "lose"),
+    ("more", "less fewer"),
 ]  # fmt: skip
 # Direction: "from X to Y", "X to Y", "X into Y".
 FROM = "from"

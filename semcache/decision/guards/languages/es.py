@@ -44,7 +44,7 @@ OPPOSITES = [
     ("mejor mejores", "peor peores"), ("bueno buena buenos", "malo mala malos"),
     ("ventajas", "desventajas"), ("comprar", "vender"),
     ("aumentar aumenta aumento", "disminuir disminuye reducir reduce disminución"), ("subir sube", "bajar baja"),
-    ("activar activa activado", "desactivar desactiva desactivado"),
+    ("activar activa activo activado", "desactivar desactiva desactivo desactivado"),
     ("encender enciende enciendo", "apagar apaga apago"),
     ("grande grandes", "pequeño pequeña pequeños"), ("mayor", "menor"), ("más", "menos"),
     ("antes", "después"), ("importar", "exportar"), ("cifrar cifrado", "descifrar descifrado"),
