@@ -372,6 +372,40 @@ def test_guards_veto_before_any_verification_and_off_never_verifies(
 
 
 @pytest.mark.slow
+def test_a_swapped_look_alike_scoring_above_the_line_is_verified_and_teaches_no_band(
+    service: str, client: openai.OpenAI, upstream: StandinUpstream
+) -> None:
+    stored, swapped = "Is Germany bigger than Poland?", "Is Poland bigger than Germany?"  # cosine about 0.99
+    ask(client, stored)
+    upstream.state.verdict = "no"  # a model reads the swap; the stand-in's word-set verifier would not
+    try:
+        answer, headers = ask(client, swapped)
+    finally:
+        upstream.state.verdict = None
+    assert headers["x-semcache"] == "miss" and answer == f"Answer to: {swapped}"
+    (call,) = verifications(upstream)
+    assert stored in "".join(m["content"] for m in call["json"]["messages"])
+    decisions = httpx.get(f"{service}/admin/decisions?limit=5").json()["data"]
+    doubted = next(d for d in decisions if d["candidate"] == stored)
+    assert doubted["similarity"] >= doubted["threshold"]  # the score alone would have served it
+    assert doubted["verification"] == "no"
+    assert {"guard": "order", "passed": False, "doubt": True}.items() <= next(
+        g for g in doubted["guards"] if g["guard"] == "order"
+    ).items()
+    scripts = httpx.get(f"{service}/admin/namespaces/default/quality").json()["scripts"]
+    band = next(s for s in scripts if s["language"] == "latin")["verification"]
+    assert band["verified"] == 0  # its verdict is not evidence about where candidates stop passing
+
+    # Where nothing verifies, the guards decide alone: `order` enabled vetoes the swap.
+    ordered = {"X-Semcache-Namespace": "ordered"}
+    config = {"verify": "off", "guards": ["numbers", "negation", "order"]}
+    assert httpx.put(f"{service}/admin/namespaces/ordered/config", json=config).status_code == 200
+    ask(client, stored, extra_headers=ordered)
+    assert ask(client, swapped, extra_headers=ordered)[1]["x-semcache"] == "miss"
+    assert len(verifications(upstream)) == 1
+
+
+@pytest.mark.slow
 def test_a_verification_never_quotes_another_namespace_and_a_client_cannot_pose_as_one(
     service: str, client: openai.OpenAI, upstream: StandinUpstream
 ) -> None:

@@ -109,6 +109,9 @@ class VerificationCase:
     cached_answer: str
     model: str  # the request's model
     similarity: float
+    # Above the certified line, flagged by a doubting guard: its verdict teaches neither the band
+    # nor the budget, which are about candidates the score alone places.
+    doubted: bool = False
 
 
 @dataclass(frozen=True)
@@ -434,7 +437,7 @@ class Verification:
             band = self._bands.get(key)
             if band is None and len(self._bands) < _MAX_BANDS:
                 band = self._bands[key] = _Band()
-            if band is not None:
+            if band is not None and not case.doubted:
                 band.add(case.similarity, verdict == "yes")
 
 

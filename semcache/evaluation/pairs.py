@@ -90,8 +90,8 @@ def evaluate_pairs(
 ) -> PairsReport:
     """Score each pair as the semantic tier of a new namespace would: cosine, then guards, then,
     under its certified line (where a line that learns starts, above the threshold) and above its
-    verification band's lower edge, a stand-in verifier that knows the labels and errs like a model
-    (``evaluation.verifier``).
+    verification band's lower edge, or above the line where a doubting guard flags it, a stand-in
+    verifier that knows the labels and errs like a model (``evaluation.verifier``).
 
     The cache holds q1 and is asked q2. Each pair is judged at the threshold of q2's script; a pair
     whose two sides are in different scripts never meets in the service (their scopes differ). With
@@ -105,6 +105,12 @@ def evaluate_pairs(
     labels = np.array([bool(r["duplicate"]) for r in rows])
     vetoed = np.array(
         [not all(g.passed for g in guards.check(a, b, policy.guards)) for a, b in zip(first, second, strict=True)]
+    )
+    # Where a model can be asked, the doubting guards send what they flag to it, above the line too.
+    doubting = [name for name in guards.DOUBTING if name not in policy.guards] if policy.verify != "off" else []
+    doubted = np.array(
+        [not all(g.passed for g in guards.check(a, b, doubting)) for a, b in zip(first, second, strict=True)],
+        dtype=bool,
     )
     # Each pair's verdict, drawn once; a threshold decides which of them are asked.
     truth = {(b, a): bool(label) for a, b, label in zip(first, second, labels, strict=True)}
@@ -124,11 +130,13 @@ def evaluate_pairs(
 
     def verified_band(threshold: float | np.ndarray) -> np.ndarray:
         """Pairs a new namespace with this threshold would verify."""
-        edge = np.vectorize(band_start)(threshold)
-        return (similarities >= edge) & (similarities < line_at(threshold)) & ~vetoed & (policy.verify == "sync")
+        edge, line = np.vectorize(band_start)(threshold), line_at(threshold)
+        band = (similarities >= edge) & (similarities < line)
+        return (band | (doubted & (similarities >= line))) & ~vetoed & (policy.verify == "sync")
 
     def accepted_at(threshold: float | np.ndarray) -> np.ndarray:
-        return ((similarities >= line_at(threshold)) | (approved & verified_band(threshold))) & ~vetoed
+        certified = (similarities >= line_at(threshold)) & ~doubted
+        return (certified | (approved & verified_band(threshold))) & ~vetoed
 
     def best_of(rows: np.ndarray, thresholds: tuple[float, ...]) -> tuple[list[dict[str, float]], float | None]:
         curve = []

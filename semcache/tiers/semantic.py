@@ -11,7 +11,9 @@ A candidate is served only if, in order:
    cached answer answers the query: the first such candidate is verified, and decides. A few
    verified hits are audited instead: answered from the upstream, and judged. Each approval the
    verifier gives when asked, and each audit, is the error budget's evidence: approvals count as
-   labels at the verifier's audited error rate.
+   labels at the verifier's audited error rate. Where verification is on, a candidate that a
+   doubting guard flags (``guards.DOUBTING``, when not enabled to veto) is verified above the line
+   too, and labels no line.
 Each lookup leaves a ``Decision`` that explains the outcome. A similar request still in flight is
 judged by the same rules (``accepts_in_flight``), less those that need a stored entry.
 
@@ -61,6 +63,15 @@ class Probe:
     prompt: str
     answer: str
     source: ProbeSource
+
+
+@dataclass(frozen=True)
+class CandidateCheck:
+    """A candidate's check: why it may not answer (``reason``), or the doubting guard that wants it
+    verified before it is served, however high it scores (``doubt``)."""
+
+    reason: str | None = None
+    doubt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,17 +193,20 @@ class SemanticTier:
                                 threshold=line)  # fmt: skip
             if query_whole is None:
                 query_whole = await self._read_whole(key, key.prompt)
-            reason = await self._rejection(policy, key, vector, entry, entry.prompt, similarity, decision, query_whole)
-            if reason is not None:
-                decision.decision = f"rejected: {reason}"
+            checked = await self._rejection(
+                policy, key, vector, entry, entry.prompt, similarity, decision, query_whole, verify != "off"
+            )
+            if checked.reason is not None:
+                decision.decision = f"rejected: {checked.reason}"
                 rejected = rejected or (decision if similarity >= line else None)
                 continue
             assert entry.id is not None
             self.budgets.candidate_seen(key.namespace, key.language, similarity, rule, line)
-            if similarity < line:
-                if similarity >= edge:
+            if similarity < line or checked.doubt:
+                if similarity >= edge or checked.doubt:
                     case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, entry.id,
-                                            entry.prompt, entry.answer, key.model, similarity)  # fmt: skip
+                                            entry.prompt, entry.answer, key.model, similarity,
+                                            doubted=similarity >= line)  # fmt: skip
                     if await self._verified(case, verify, decision, headers or {}):
                         if explore and self._audit(key.namespace):
                             decision.decision = "explored: a verified hit, answered from the upstream to audit it"
@@ -211,7 +225,7 @@ class SemanticTier:
                     self.verification.verify_later(case, headers or {}, functools.partial(self._approved, case))
                 # A near miss; the log keeps why a candidate above the line was refused.
                 self._decide(decision if decision.verification else rejected or decision)
-                if similarity < floor:
+                if similarity < floor or similarity >= line:  # a doubted one above the line labels no line
                     return SemanticResult()
                 return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "near_miss"))
             if explore and self.budgets.should_explore(key.namespace, key.language, rule):
@@ -247,7 +261,7 @@ class SemanticTier:
     def _approved(self, case: VerificationCase, verdict: Verdict) -> None:
         """A verdict the verifier gave when asked: an approval is the budget's evidence (once: a
         remembered verdict is not given again)."""
-        if verdict == "yes":
+        if verdict == "yes" and not case.doubted:
             self.budgets.verdict(case.namespace, case.language, case.similarity)
 
     async def accepts_in_flight(
@@ -255,7 +269,8 @@ class SemanticTier:
     ) -> InFlightVerdict:
         """Whether a similar request still in flight may answer this one, by the same rules as a
         stored candidate (it has no entry yet: no learned threshold, no feedback), logged alike:
-        "serve", "verify" once its answer is in (under the line, within a synchronous band), or "no"."""
+        "serve", "verify" once its answer is in (under the line, within a synchronous band, or doubted),
+        or "no"."""
         policy = self.policies.for_namespace(key.namespace)
         rule = self.rule(key.namespace, key.language)
         line = self.budgets.line(key.namespace, key.language, rule)
@@ -264,11 +279,18 @@ class SemanticTier:
         decision = Decision(namespace=key.namespace, query=key.prompt, decision="miss", candidate=candidate,
                             similarity=round(similarity, 4), language=key.language, threshold=line)  # fmt: skip
         if similarity < min(line, edge):
-            reason: str | None = "below the line"
+            checked = CandidateCheck("below the line")
         else:
             query_whole = await self._read_whole(key, key.prompt)
-            reason = await self._rejection(policy, key, vector, None, candidate, similarity, decision, query_whole)
-        verdict: InFlightVerdict = "no" if reason is not None else "serve" if similarity >= line else "verify"
+            checked = await self._rejection(
+                policy, key, vector, None, candidate, similarity, decision, query_whole, verify != "off"
+            )
+        reason = checked.reason
+        if reason is None and checked.doubt and verify != "sync":
+            reason = f"guard {checked.doubt} doubts it, and an answer in flight is verified only in sync mode"
+        verdict: InFlightVerdict = (
+            "no" if reason is not None else "serve" if similarity >= line and not checked.doubt else "verify"
+        )
         if verdict != "verify":  # a verified one is logged once its verdict is in
             decision.decision = "hit: a request in flight" if verdict == "serve" else f"rejected: {reason}"
             self._decide(decision)
@@ -279,8 +301,9 @@ class SemanticTier:
     ) -> bool:
         """Whether a model approves the answer of a similar request that was in flight (no entry:
         its verdict is not remembered)."""
+        doubted = similarity >= self.line(key.namespace, key.language)  # only a doubt verifies above the line
         case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, None, candidate, answer, key.model,
-                                similarity)  # fmt: skip
+                                similarity, doubted)  # fmt: skip
         verdict = await self.verification.verify(case, headers, functools.partial(self._approved, case))
         outcome = "hit: a request in flight" if verdict == "yes" else "miss"
         self._decide(Decision(namespace=key.namespace, query=key.prompt, decision=outcome, candidate=candidate,
@@ -298,27 +321,33 @@ class SemanticTier:
         similarity: float,
         decision: Decision,
         query_whole: bool,
-    ) -> str | None:
-        """Why ``candidate`` (the prompt of ``entry``, when it is stored) may not answer the query."""
+        verifying: bool,
+    ) -> CandidateCheck:
+        """Why ``candidate`` (the prompt of ``entry``, when it is stored) may not answer the query,
+        or, where ``verifying``, which doubting guard wants it verified however high it scores."""
         if entry is not None:
             if entry.tool_calls is not None:
-                return "tool calls are served on exact matches only"
+                return CandidateCheck("tool calls are served on exact matches only")
             if entry.min_similarity is not None and similarity < entry.min_similarity:
-                return "below the entry's learned threshold"
+                return CandidateCheck("below the entry's learned threshold")
             if entry.id is not None and self.wrong_answers.reported_wrong(entry.id, key.exact, vector):
-                return "reported wrong for this query"
+                return CandidateCheck("reported wrong for this query")
         if not query_whole or not await self._read_whole(key, candidate):
-            return "longer than the embedding model reads"
-        check = functools.partial(guards.check, key.prompt, candidate, policy.guards)
+            return CandidateCheck("longer than the embedding model reads")
+        doubting = tuple(name for name in guards.DOUBTING if name not in policy.guards) if verifying else ()
+        check = functools.partial(guards.check, key.prompt, candidate, policy.guards + doubting)
         if len(key.prompt) + len(candidate) > _INLINE_TOKENIZE_CHARS:  # the guards read both texts whole
             results = await asyncio.to_thread(check)
         else:
             results = check()
-        decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail} for r in results]
-        failed = [r.guard for r in results if not r.passed]
+        # A doubting guard's flag sends the candidate to verification; it never vetoes.
+        decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail}
+                           | ({"doubt": True} if r.guard in doubting else {}) for r in results]  # fmt: skip
+        failed = [r.guard for r in results if not r.passed and r.guard not in doubting]
         if failed:
-            return f"guard {failed[0]}"
-        return None
+            return CandidateCheck(f"guard {failed[0]}")
+        doubts = [r.guard for r in results if not r.passed]
+        return CandidateCheck(None, doubts[0] if doubts else None)
 
     async def _verified(
         self, case: VerificationCase, mode: str, decision: Decision, headers: Mapping[str, str]

@@ -16,6 +16,11 @@ touching the logic.
 - ``roles``: Chinese text whose two sides trade places around a verb of giving or moving.
 - ``literals``: code, command-line flags, identifiers and math must match exactly.
 - ``template``: prompts of several lines that share most of them and differ after them.
+
+``entities`` and ``order`` are off by default: they flag many paraphrases too (casing is erratic,
+rewordings reorder words). Where verification is on they still doubt: a candidate they flag is put
+to the verifier even above the certified line, since a swapped pair or another name scores as high
+as a paraphrase ("Can a dog eat cat food?" and "Can a cat eat dog food?" sit at 0.99).
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from .order import order, roles
 from .reading import GuardResult, Prompt
 from .template import template
 
-__all__ = ["GUARD_NAMES", "GuardResult", "check", "named_entities", "validate"]
+__all__ = ["DOUBTING", "GUARD_NAMES", "GuardResult", "check", "named_entities", "validate"]
 
 validate = validate_guards
+# Guards that, where they are not enabled to veto, send a candidate they flag to verification.
+DOUBTING = ("entities", "order")
 
 _GUARDS: dict[str, Callable[[Prompt, Prompt], GuardResult]] = {
     "numbers": numbers,
