@@ -45,6 +45,19 @@ def test_eval_pairs_reports_precision_recall_and_the_best_threshold(tmp_path: Pa
     assert (tmp_path / "pairs.png").stat().st_size > 10_000
 
 
+TRAPS = Path(__file__).parents[1] / "benchmarks" / "trap_pairs.jsonl"  # look-alikes of our own writing
+
+
+def test_look_alike_traps_are_rarely_served_and_hardly_ever_on_their_score_alone() -> None:
+    report = run("eval", "pairs", str(TRAPS))
+    scores, verification = report["at_policy"], report["verification"]
+    assert scores["positives"] == 0 and report["pairs"] >= 200
+    # The stand-in verifier accepts about one look-alike in ten; the score alone must serve almost none.
+    assert scores["accepted"] <= 0.12 * report["pairs"]
+    assert scores["accepted"] - verification["approved_wrong"] <= 4
+    assert verification["asked"] >= 0.4 * report["pairs"]  # most that pass the guards are put to the model
+
+
 @pytest.mark.shared_data
 def test_eval_pairs_flags_override_the_shipped_settings(tmp_path: Path) -> None:
     pairs = sample(tmp_path, "mqp_dev.jsonl", 60)
