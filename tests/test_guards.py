@@ -27,6 +27,10 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("What is 2³?", "What is 23?", "numbers"),
         ("Can I return shoes after one week?", "Can I return shoes after two weeks?", "numbers"),
         ("Who was the first king of Spain?", "Who was the king of Spain?", "numbers"),
+        ("What if I miss one birth control pill?", "What if I miss several birth control pills?", "numbers"),
+        ("Is one glass of wine safe in pregnancy?", "Is wine safe in pregnancy?", "numbers"),
+        ("Should I buy one or two monitors?", "Should I buy two monitors?", "numbers"),
+        ("How can one lose 5 kg in a month?", "How can I lose 10 kg in a month?", "numbers"),
         ("Is 1 coffee a day bad for you?", "Is a coffee a day bad for you?", "numbers"),
         ("Why isnt my printer working?", "Why is my printer working?", "negation"),
         ("Do cats dream?", "Dont cats dream?", "negation"),
@@ -73,6 +77,7 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("What painting/drawing describes you?", "What painting or drawing describes you?"),  # prose's slash
         ("Which song(s) do you play on loop?", "Which songs do you play on loop?"),
         ("How can one learn to juggle?", "How do I learn to juggle?"),  # "one" as a pronoun
+        ("Why does no one answer my emails?", "Why does nobody answer my emails?"),
         ("Which one is better for pasta, olive oil or butter?", "Is olive oil or butter better for pasta?"),
         ("Can I return shoes after one week?", "Can I return shoes after 1 week?"),
         ("Why isnt my printer working?", "Why isn't my printer working?"),  # no apostrophe

@@ -256,6 +256,53 @@ def test_under_the_edge_a_few_candidates_are_verified_in_the_background_and_neve
     assert tier.verification.lower_edge("ns", "latin", 0.91) <= low
 
 
+class Entries:
+    def __init__(self, *entries: CacheEntry) -> None:
+        self.entries = {entry.id: entry for entry in entries}
+
+    async def get(self, entry_id: int) -> CacheEntry | None:
+        return self.entries.get(entry_id)
+
+    async def get_by_exact_key(self, exact_key: str) -> CacheEntry | None:
+        return None
+
+
+def test_a_doubted_candidate_above_the_line_is_verified_and_a_refusal_lets_a_certified_one_answer() -> None:
+    stored, paraphrase = "Is Germany bigger than Poland?", "Is Poland larger than Germany?"
+    key = cache_api_key("ns", "Is Poland bigger than Germany?", {})  # `order` doubts the first entry
+    swapped = CacheEntry("ns", key.scope, "k1", "m", stored, "Yes, Germany is bigger.", 0.0, None, id=1)
+    certified = CacheEntry("ns", key.scope, "k2", "m", paraphrase, "No, Germany is bigger.", 0.0, None, id=2)
+    inner, budgets = CountingVerifier("no"), ErrorBudgets()
+    policies = NamespacePolicies(QualityPolicy(threshold=0.91, guards=("numbers", "negation")))
+    tier = SemanticTier(ScopedVectorIndex(4), Entries(swapped, certified), policies, Verification(inner),
+                        budgets=budgets)  # fmt: skip
+    vector = np.zeros(4, dtype=np.float32)
+    assert tier.line("ns", "latin") == pytest.approx(0.98, abs=0.001)  # a new namespace's line
+
+    def lookup(query: str, candidates: list[tuple[int, float]]) -> Any:
+        return asyncio.run(tier.lookup(cache_api_key("ns", query, {}), vector, 0.0, candidates, explore=False))
+
+    result = lookup("Is Poland bigger than Germany?", [(1, 0.995), (2, 0.985)])
+    assert result.hit is not None and result.hit.entry_id == 2 and not result.hit.verified
+    assert [(c.cached_prompt, c.doubted) for c in inner.asked] == [(stored, True)]
+
+    inner.verdict = "yes"
+    result = lookup("Is Poland bigger than Germany then?", [(1, 0.99)])
+    assert result.hit is not None and result.hit.entry_id == 1 and result.hit.verified
+    # Its approval is no evidence of where candidates stop passing, nor of the line.
+    assert budgets.estimate("ns", "latin", tier.rule("ns", "latin")).verdicts == 0
+    assert tier.verification.describe("ns", "latin", 0.91)["verified"] == 0
+
+    # Under the line, a doubt is no pass past the band's edge: refusals raise it over 0.72 first.
+    inner.verdict = "no"
+    for number in range(25):
+        asyncio.run(tier.verification.verify(case(query=f"refused {number}", entry_id=1, similarity=0.72), {}))
+    assert tier.verification.lower_edge("ns", "latin", 0.91) > 0.72
+    inner.verdict = "yes"
+    assert lookup("Is Poland bigger than Germany, really?", [(1, 0.72)]).hit is None
+    tier.close()
+
+
 # -- through the service --------------------------------------------------------------------------
 
 
@@ -396,13 +443,23 @@ def test_a_swapped_look_alike_scoring_above_the_line_is_verified_and_teaches_no_
     band = next(s for s in scripts if s["language"] == "latin")["verification"]
     assert band["verified"] == 0  # its verdict is not evidence about where candidates stop passing
 
+    approving = {"X-Semcache-Namespace": "approving"}
+    ask(client, stored, extra_headers=approving)
+    answer, headers = ask(client, swapped, extra_headers=approving)  # the stand-in says yes
+    assert headers["x-semcache"] == "hit" and headers["x-semcache-verified"] == "true"
+    assert answer == f"Answer to: {stored}" and len(verifications(upstream)) == 2
+    scripts = httpx.get(f"{service}/admin/namespaces/approving/quality").json()["scripts"]
+    assert next(s for s in scripts if s["language"] == "latin")["verification"]["verified"] == 0
+    metrics = httpx.get(f"{service}/metrics").text
+    assert 'semcache_verifier_approvals_total{language="latin",namespace="approving"} 1.0' not in metrics
+
     # Where nothing verifies, the guards decide alone: `order` enabled vetoes the swap.
     ordered = {"X-Semcache-Namespace": "ordered"}
     config = {"verify": "off", "guards": ["numbers", "negation", "order"]}
     assert httpx.put(f"{service}/admin/namespaces/ordered/config", json=config).status_code == 200
     ask(client, stored, extra_headers=ordered)
     assert ask(client, swapped, extra_headers=ordered)[1]["x-semcache"] == "miss"
-    assert len(verifications(upstream)) == 1
+    assert len(verifications(upstream)) == 2
 
 
 @pytest.mark.slow

@@ -176,6 +176,7 @@ class SemanticTier:
             namespace=key.namespace, query=key.prompt, decision="miss", language=key.language, threshold=line
         )
         rejected: Decision | None = None
+        asked = False  # a verification was asked for this request
         query_whole: bool | None = None  # read whole by the model: worked out once, when a candidate needs it
         for entry_id, similarity in candidates:
             if decision.candidate is None:
@@ -202,30 +203,30 @@ class SemanticTier:
                 continue
             assert entry.id is not None
             self.budgets.candidate_seen(key.namespace, key.language, similarity, rule, line)
-            if similarity < line or checked.doubt:
-                if similarity >= edge or checked.doubt:
+            if checked.doubt and similarity >= line:
+                if asked:
+                    break  # one verification per request
+                asked = True
+                case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, entry.id,
+                                        entry.prompt, entry.answer, key.model, similarity, doubted=True)  # fmt: skip
+                if await self._verified(case, verify, decision, headers or {}):
+                    return self._verified_hit(decision, entry, similarity, audit=False)  # no evidence of the band
+                decision.decision = f"rejected: guard {checked.doubt} doubts it, and it was not verified"
+                rejected = rejected or decision
+                continue  # a certified candidate under it may still answer
+            if similarity < line:
+                if similarity >= edge and not asked:
                     case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, entry.id,
-                                            entry.prompt, entry.answer, key.model, similarity,
-                                            doubted=similarity >= line)  # fmt: skip
+                                            entry.prompt, entry.answer, key.model, similarity)  # fmt: skip
                     if await self._verified(case, verify, decision, headers or {}):
-                        if explore and self._audit(key.namespace):
-                            decision.decision = "explored: a verified hit, answered from the upstream to audit it"
-                            decision.explored = True
-                            self._decide(decision)
-                            audit = Probe(entry.id, similarity, entry.prompt, entry.answer, "audit")
-                            return SemanticResult(probe=audit)
-                        decision.decision = "hit"
-                        self._decide(decision)
-                        hit = Hit(tier="semantic", answer=entry.answer, matched_prompt=entry.prompt,
-                                  entry_id=entry.id, similarity=similarity, verified=True)  # fmt: skip
-                        return SemanticResult(hit=hit)
-                elif similarity >= probe_floor and self.verification.probe_due(key.namespace):
+                        return self._verified_hit(decision, entry, similarity, audit=explore)
+                elif similarity >= probe_floor and not asked and self.verification.probe_due(key.namespace):
                     case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, entry.id,
                                             entry.prompt, entry.answer, key.model, similarity)  # fmt: skip
                     self.verification.verify_later(case, headers or {}, functools.partial(self._approved, case))
                 # A near miss; the log keeps why a candidate above the line was refused.
                 self._decide(decision if decision.verification else rejected or decision)
-                if similarity < floor or similarity >= line:  # a doubted one above the line labels no line
+                if similarity < floor:
                     return SemanticResult()
                 return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "near_miss"))
             if explore and self.budgets.should_explore(key.namespace, key.language, rule):
@@ -239,6 +240,21 @@ class SemanticTier:
             return SemanticResult(hit=hit)
         self._decide(decision)
         return SemanticResult()
+
+    def _verified_hit(self, decision: Decision, entry: CacheEntry, similarity: float, *, audit: bool) -> SemanticResult:
+        """A candidate the verifier approved: served, or, where ``audit`` and its share is due,
+        answered from the upstream to audit the verifier."""
+        assert entry.id is not None
+        if audit and self._audit(decision.namespace):
+            decision.decision = "explored: a verified hit, answered from the upstream to audit it"
+            decision.explored = True
+            self._decide(decision)
+            return SemanticResult(probe=Probe(entry.id, similarity, entry.prompt, entry.answer, "audit"))
+        decision.decision = "hit"
+        self._decide(decision)
+        hit = Hit(tier="semantic", answer=entry.answer, matched_prompt=entry.prompt, entry_id=entry.id,
+                  similarity=similarity, verified=True)  # fmt: skip
+        return SemanticResult(hit=hit)
 
     def _audit(self, namespace: str) -> bool:
         """Whether to audit this verified hit: its share has come due, and the allowance has room."""

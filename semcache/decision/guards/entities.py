@@ -27,7 +27,8 @@ def named(text: Prompt) -> list[str]:
 def entities(query: Prompt, cached: Prompt) -> GuardResult:
     for mine, other in ((query, cached), (cached, query)):
         vocabulary = set(other.tokens)
-        missing = [e for e in named(mine) if e not in vocabulary and stem(e) not in map(stem, vocabulary)]
+        stems = {stem(word) for word in vocabulary}
+        missing = [e for e in named(mine) if e not in vocabulary and stem(e) not in stems]
         if missing:
             return GuardResult("entities", False, f"{missing[0]!r} only on one side")
     return GuardResult("entities", True)

@@ -6,10 +6,10 @@ words, ordinals and units come from its table (``languages``); Chinese numerals 
 ("十一月" is 11, "三百五十" is 350, "第二" is 2, "100毫克" is 100 mg). Superscripts are exponents:
 "2³" is 2 and 3, never 23.
 
-A one written as a counting word ("one", "eins", "uno") is soft: it may stand against no number at all,
-since it is as often a pronoun, an article or an idiom ("how can one …", "which one", "one day");
-against another number it differs as any number does ("one day" vs "two days"). Digits and
-ordinals are never soft: "1 day" vs "a day" and "the first president" vs "the president" differ.
+A "one" in a phrase of the language's ``one_as_pronoun`` ("how can one …", "which one", "no one"),
+or at the end of a prompt, is a pronoun, no number: it must match only a 1 on the other side, and
+may stand against no number at all. Every other one counts: "one pill" vs "pills", "one week" vs
+"a few weeks", "1 day" vs "a day" and "the first king" vs "the king" differ.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _joined(values: list[float]) -> float:
 
 @dataclass(frozen=True)
 class Numbers:
-    """A prompt's numbers: ``soft`` are those read only from a counting word for one (see above)."""
+    """A prompt's numbers: ``soft`` holds a 1 read only from a pronoun "one" (see above)."""
 
     found: frozenset[str]
     soft: frozenset[str]
@@ -80,7 +80,7 @@ class Numbers:
 def values(prompt: Prompt, tables: Tables) -> Numbers:
     """The numbers of ``prompt``, each with its unit where one follows or is attached ("100 g")."""
     found = set(chinese.numbers(prompt.raw, CHINESE.UNITS)) if prompt.han else set()
-    counted: set[str] = set()  # read from counting words, where "one" may be no number at all
+    pronoun_one = False  # a "one" that stands for a person or a thing
     words = prompt.words
     position = 0
 
@@ -109,18 +109,34 @@ def values(prompt: Prompt, tables: Tables) -> Numbers:
             position += 1
             continue
         if word in tables.numbers:
-            run = []
+            start, run = position, []
             while position < len(words) and words[position] in tables.numbers:
                 run.append(tables.numbers[words[position]])
                 position += 1
             unit, position = unit_after(position)
-            counted.add(spelled(_joined(run)) + unit)
+            if run == [1] and not unit and _in_pronoun_phrase(words, start, tables):
+                pronoun_one = True
+            else:
+                found.add(spelled(_joined(run)) + unit)
             continue
         if word in tables.number_like or word in tables.ordinals:
             found.add(spelled(tables.number_like.get(word) or tables.ordinals[word]))
         position += 1
-    soft = {value for value in counted - found if value == "1" or value.startswith("1 ")}
-    return Numbers(frozenset(found | counted), frozenset(soft))
+    soft = {"1"} if pronoun_one and "1" not in found else set()
+    return Numbers(frozenset(found | soft), frozenset(soft))
+
+
+def _in_pronoun_phrase(words: list[str], at: int, tables: Tables) -> bool:
+    """Whether the "one" at ``at`` ends the prompt or stands in one of the language's phrases where
+    it is a pronoun (at any of the phrase's words for one: "one by one")."""
+    if at == len(words) - 1 and tables.one_as_pronoun:
+        return True
+    return any(
+        at >= place and tuple(words[at - place : at - place + len(phrase)]) == phrase
+        for phrase in tables.one_as_pronoun
+        for place, word in enumerate(phrase)
+        if word == words[at]
+    )
 
 
 def numbers(query: Prompt, cached: Prompt) -> GuardResult:

@@ -8,6 +8,8 @@ add it to its module. The guards' logic reads only what is loaded here. A Latin-
   one negation ("no ... nada", "ne ... pas"), so that a prompt is negated when it holds any;
 - ``NUMBERS`` (counting words, joined: "twenty two" is 22), ``NUMBER_LIKE`` ("half", "double"),
   ``ORDINALS`` ("second" is 2) and ``ORDINAL_SUFFIXES`` after digits ("2nd", "2e", "2º");
+  ``ONE_AS_PRONOUN``: phrases in which the counting word for one is a pronoun, no number
+  ("how can one", "which one");
 - ``UNITS``: a unit's words and symbols to one symbol ("grams" and "g" to "g");
 - ``MONTHS`` and ``WEEKDAYS`` to their numbers; ``AMBIGUOUS_DATES``: the names among them that are
   common words too ("may"), read only beside a number or after one of ``DATE_WORDS`` ("in May");
@@ -57,6 +59,7 @@ class Tables:
     number_like: dict[str, float] = field(default_factory=dict)
     ordinals: dict[str, float] = field(default_factory=dict)
     ordinal_suffixes: frozenset[str] = frozenset()
+    one_as_pronoun: frozenset[tuple[str, ...]] = frozenset()
     units: dict[str, str] = field(default_factory=dict)
     months: dict[str, int] = field(default_factory=dict)
     weekdays: dict[str, int] = field(default_factory=dict)
@@ -82,6 +85,7 @@ class Tables:
             number_like=_values(module.NUMBER_LIKE),
             ordinals=_values(module.ORDINALS),
             ordinal_suffixes=_words(module.ORDINAL_SUFFIXES),
+            one_as_pronoun=frozenset(tuple(fold(w) for w in phrase.split()) for phrase in module.ONE_AS_PRONOUN),
             units={fold(word): unit for word, unit in module.UNITS.items()},
             months={fold(word): n for word, n in module.MONTHS.items()},
             weekdays={fold(word): n for word, n in module.WEEKDAYS.items()},
@@ -104,6 +108,7 @@ class Tables:
             number_like=self.number_like | other.number_like,
             ordinals=self.ordinals | other.ordinals,
             ordinal_suffixes=self.ordinal_suffixes | other.ordinal_suffixes,
+            one_as_pronoun=self.one_as_pronoun | other.one_as_pronoun,
             units=self.units | other.units,
             months=self.months | other.months,
             weekdays=self.weekdays | other.weekdays,

@@ -26,6 +26,7 @@ ORDINALS = {
     for ending in ("e", "en", "er", "es", "em")
 }  # fmt: skip
 ORDINAL_SUFFIXES = ""  # German writes "1." for "first": the digit alone
+ONE_AS_PRONOUN: list[str] = []  # none listed: its word for one always counts
 UNITS = {
     "gramm": "g", "kilogramm": "kg", "kilo": "kg", "milligramm": "mg", "pfund": "lb", "liter": "l",
     "milliliter": "ml", "meter": "m", "kilometer": "km", "zentimeter": "cm", "millimeter": "mm",

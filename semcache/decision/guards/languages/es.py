@@ -25,6 +25,7 @@ ORDINALS = {
     for ending in ("o", "a", "os", "as")
 } | {"primer": 1, "tercer": 3}  # fmt: skip
 ORDINAL_SUFFIXES = "º ª o a er"
+ONE_AS_PRONOUN: list[str] = []  # none listed: its word for one always counts
 UNITS = {
     "gramo": "g", "gramos": "g", "kilogramo": "kg", "kilogramos": "kg", "kilo": "kg", "kilos": "kg",
     "miligramo": "mg", "miligramos": "mg", "litro": "l", "litros": "l", "mililitro": "ml", "mililitros": "ml",

@@ -22,6 +22,7 @@ ORDINALS = {
     "neuvième": 9, "dixième": 10, "onzième": 11, "douzième": 12, "vingtième": 20, "centième": 100,
 }  # fmt: skip
 ORDINAL_SUFFIXES = "er re ère e ème eme"
+ONE_AS_PRONOUN: list[str] = []  # none listed: its word for one always counts
 UNITS = {
     "gramme": "g", "grammes": "g", "kilogramme": "kg", "kilogrammes": "kg", "milligramme": "mg",
     "milligrammes": "mg", "litre": "l", "litres": "l", "millilitre": "ml", "millilitres": "ml", "mètre": "m",

@@ -22,6 +22,7 @@ ORDINALS = {
     "settima": 7, "ottavo": 8, "ottava": 8, "nono": 9, "nona": 9, "decimo": 10, "decima": 10,
 }  # fmt: skip
 ORDINAL_SUFFIXES = "º ª o a"
+ONE_AS_PRONOUN: list[str] = []  # none listed: its word for one always counts
 UNITS = {
     "grammo": "g", "grammi": "g", "chilogrammo": "kg", "chilogrammi": "kg", "chilo": "kg", "chili": "kg",
     "milligrammo": "mg", "milligrammi": "mg", "litro": "l", "litri": "l", "millilitro": "ml", "millilitri": "ml",

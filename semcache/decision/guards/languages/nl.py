@@ -20,6 +20,7 @@ ORDINALS = {
     "negende": 9, "tiende": 10, "twintigste": 20, "honderdste": 100,
 }  # fmt: skip
 ORDINAL_SUFFIXES = "e de ste"
+ONE_AS_PRONOUN: list[str] = []  # none listed: its word for one always counts
 UNITS = {
     "gram": "g", "kilogram": "kg", "kilo": "kg", "milligram": "mg", "liter": "l", "milliliter": "ml",
     "meter": "m", "kilometer": "km", "centimeter": "cm", "seconde": "s", "seconden": "s", "minuut": "min",

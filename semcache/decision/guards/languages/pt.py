@@ -24,6 +24,7 @@ ORDINALS = {
     for ending in ("o", "a", "os", "as")
 }  # fmt: skip
 ORDINAL_SUFFIXES = "º ª o a"
+ONE_AS_PRONOUN: list[str] = []  # none listed: its word for one always counts
 UNITS = {
     "grama": "g", "gramas": "g", "quilograma": "kg", "quilogramas": "kg", "quilo": "kg", "quilos": "kg",
     "miligrama": "mg", "miligramas": "mg", "litro": "l", "litros": "l", "mililitro": "ml", "mililitros": "ml",
