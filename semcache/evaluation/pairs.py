@@ -103,15 +103,14 @@ def evaluate_pairs(
     languages = np.array([detect_script(text) for text in second])
     similarities[languages != np.array([detect_script(text) for text in first])] = -1.0
     labels = np.array([bool(r["duplicate"]) for r in rows])
-    vetoed = np.array(
-        [not all(g.passed for g in guards.check(a, b, policy.guards)) for a, b in zip(first, second, strict=True)]
-    )
     # Where a model can be asked, the doubting guards send what they flag to it, above the line too.
-    doubting = [name for name in guards.DOUBTING if name not in policy.guards] if policy.verify != "off" else []
-    doubted = np.array(
-        [not all(g.passed for g in guards.check(a, b, doubting)) for a, b in zip(first, second, strict=True)],
-        dtype=bool,
-    )
+    doubting = guards.doubting(policy.guards) if policy.verify != "off" else ()
+    flagged = [
+        {g.guard for g in guards.check(a, b, policy.guards + doubting) if not g.passed}
+        for a, b in zip(first, second, strict=True)
+    ]
+    vetoed = np.array([bool(names - set(doubting)) for names in flagged], dtype=bool)
+    doubted = np.array([bool(names & set(doubting)) for names in flagged], dtype=bool)
     # Each pair's verdict, drawn once; a threshold decides which of them are asked.
     truth = {(b, a): bool(label) for a, b, label in zip(first, second, labels, strict=True)}
     verifier = ErringVerifier(lambda query, cached: truth[(query, cached)], seed)

@@ -194,7 +194,7 @@ class SemanticTier:
                                 threshold=line)  # fmt: skip
             if query_whole is None:
                 query_whole = await self._read_whole(key, key.prompt)
-            checked = await self._rejection(
+            checked = await self._check(
                 policy, key, vector, entry, entry.prompt, similarity, decision, query_whole, verify != "off"
             )
             if checked.reason is not None:
@@ -298,7 +298,7 @@ class SemanticTier:
             checked = CandidateCheck("below the line")
         else:
             query_whole = await self._read_whole(key, key.prompt)
-            checked = await self._rejection(
+            checked = await self._check(
                 policy, key, vector, None, candidate, similarity, decision, query_whole, verify != "off"
             )
         reason = checked.reason
@@ -327,7 +327,7 @@ class SemanticTier:
                               threshold=self.line(key.namespace, key.language), verification=verdict))  # fmt: skip
         return verdict == "yes"
 
-    async def _rejection(
+    async def _check(
         self,
         policy: QualityPolicy,
         key: RequestKey,
@@ -350,7 +350,7 @@ class SemanticTier:
                 return CandidateCheck("reported wrong for this query")
         if not query_whole or not await self._read_whole(key, candidate):
             return CandidateCheck("longer than the embedding model reads")
-        doubting = tuple(name for name in guards.DOUBTING if name not in policy.guards) if verifying else ()
+        doubting = guards.doubting(policy.guards) if verifying else ()
         check = functools.partial(guards.check, key.prompt, candidate, policy.guards + doubting)
         if len(key.prompt) + len(candidate) > _INLINE_TOKENIZE_CHARS:  # the guards read both texts whole
             results = await asyncio.to_thread(check)

@@ -40,7 +40,7 @@ from .order import order, roles
 from .reading import GuardResult, Prompt
 from .template import template
 
-__all__ = ["DOUBTING", "GUARD_NAMES", "GuardResult", "check", "named_entities", "validate"]
+__all__ = ["DOUBTING", "GUARD_NAMES", "GuardResult", "check", "doubting", "named_entities", "validate"]
 
 validate = validate_guards
 # Guards that, where they are not enabled to veto, send a candidate they flag to verification.
@@ -64,6 +64,12 @@ assert tuple(_GUARDS) == GUARD_NAMES, "every guard an operator may name, and no 
 def named_entities(text: str) -> list[str]:
     """Names, acronyms and codes in ``text``, lower-cased."""
     return named(Prompt.of(text))
+
+
+def doubting(enabled: Iterable[str]) -> tuple[str, ...]:
+    """The doubting guards that ``enabled`` leaves to doubt: those it does not run as vetoes."""
+    vetoes = set(enabled)
+    return tuple(name for name in DOUBTING if name not in vetoes)
 
 
 def check(query: str, cached: str, enabled: Iterable[str]) -> list[GuardResult]:
