@@ -36,6 +36,8 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("Do cats dream?", "Dont cats dream?", "negation"),
         ("Why do I sleep more in winter?", "Why do I sleep less in winter?", "antonyms"),
         ("Is the pharmacy open at 8 am?", "Is the pharmacy open at 8 pm?", "numbers"),
+        ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8 p.m.?", "numbers"),
+        ("Is the pharmacy open at 8a.m.?", "Is the pharmacy open at 8p.m.?", "numbers"),
         ("What is 2³?", "What is 23?", "literals"),
         ("What does `ls -R` do?", "What does `ls -r` do?", "literals"),
         ("What does ls -R do?", "What does ls -r do?", "literals"),
@@ -81,6 +83,7 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("Which one is better for pasta, olive oil or butter?", "Is olive oil or butter better for pasta?"),
         ("Can I return shoes after one week?", "Can I return shoes after 1 week?"),
         ("Why isnt my printer working?", "Why isn't my printer working?"),  # no apostrophe
+        ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8 am?"),
         ("What does this print?\n" + LOOP, "What is the output?\n" + LOOP),  # the question around code
     ],
 )

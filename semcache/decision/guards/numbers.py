@@ -22,8 +22,8 @@ from . import chinese
 from .languages import CHINESE, Tables
 from .reading import GuardResult, Prompt, tables_for
 
-# Digits, then letters: "100g", "2nd", "1.5kg", "2e".
-_WITH_SUFFIX = re.compile(r"(\d+(?:[.,]\d+)*)([^\W\d_]+)")
+# Digits, then letters: "100g", "2nd", "1.5kg", "2e", "8a.m".
+_WITH_SUFFIX = re.compile(r"(\d+(?:[.,]\d+)*)([^\W\d_]+(?:\.[^\W\d_]+)*)")
 _GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # 1,000,000.5
 _GROUPED_WITH_DOTS = re.compile(r"\d{1,3}(?:\.\d{3})+,\d+")  # 1.000,5
 _DECIMAL_COMMA = re.compile(r"\d+,\d{1,2}|\d+,\d{4,}")  # 3,5: a comma before other than three digits

@@ -55,7 +55,7 @@ UNITS = {
     "gbps": "gbps", "hz": "hz", "khz": "khz", "mhz": "mhz", "ghz": "ghz", "w": "w", "watt": "w", "watts": "w",
     "kw": "kw", "kwh": "kwh", "v": "v", "volt": "v", "volts": "v", "mah": "mah", "percent": "%",
     "cal": "kcal", "kcal": "kcal", "calorie": "kcal", "calories": "kcal", "degree": "°", "degrees": "°",
-    "am": "am", "pm": "pm",
+    "am": "am", "pm": "pm", "a.m": "am", "p.m": "pm",
 }  # fmt: skip
 MONTHS = {
     "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "april": 4, "apr": 4, "may": 5, "june": 6,
