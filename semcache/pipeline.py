@@ -705,7 +705,7 @@ class Pipeline:
             return False
         flight, similarity = nearest
         verdict = await self.semantic.accepts_in_flight(lookup.key, lookup.vector, flight.key.prompt, similarity)
-        if verdict == "no":
+        if verdict.action == "no":
             return False
         try:
             done = await asyncio.wait_for(flight.result(), self.coalesce_wait_s)
@@ -713,9 +713,9 @@ class Pipeline:
             return False
         if not done.cacheable:
             return False
-        verified = verdict == "verify"
+        verified = verdict.action == "verify"
         if verified and not await self.semantic.verify_in_flight(
-            lookup.key, flight.key.prompt, done.text, similarity, lookup.upstream_headers
+            lookup.key, flight.key.prompt, done.text, similarity, verdict.doubted, lookup.upstream_headers
         ):
             return False
         lookup.hit = Hit(tier="semantic", answer=done.text, matched_prompt=flight.key.prompt, similarity=similarity,

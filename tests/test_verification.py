@@ -303,6 +303,31 @@ def test_a_doubted_candidate_above_the_line_is_verified_and_a_refusal_lets_a_cer
     tier.close()
 
 
+def test_a_request_in_flight_is_verified_as_doubted_only_where_a_guard_doubted_it_above_the_line() -> None:
+    """The doubt is decided when the answer in flight is accepted, not read again from a line that
+    may move while the answer is awaited; a doubted approval teaches nothing, a band approval does."""
+    inner, budgets = CountingVerifier("yes"), ErrorBudgets()
+    policies = NamespacePolicies(QualityPolicy(threshold=0.91, guards=("numbers", "negation")))
+    tier = SemanticTier(ScopedVectorIndex(4), Entries(), policies, Verification(inner), budgets=budgets)
+    vector = np.zeros(4, dtype=np.float32)
+    swapped = cache_api_key("ns", "Is Poland bigger than Germany?", {})  # `order` doubts it
+
+    async def in_flight(key: Any, candidate: str, similarity: float) -> tuple[Any, bool]:
+        verdict = await tier.accepts_in_flight(key, vector, candidate, similarity)
+        approved = await tier.verify_in_flight(key, candidate, "An answer.", similarity, verdict.doubted, {})
+        return verdict, approved
+
+    verdict, approved = asyncio.run(in_flight(swapped, "Is Germany bigger than Poland?", 0.99))
+    assert (verdict.action, verdict.doubted, approved) == ("verify", True, True)
+    assert budgets.estimate("ns", "latin", tier.rule("ns", "latin")).verdicts == 0
+
+    verdict, approved = asyncio.run(in_flight(cache_api_key("ns", PARAPHRASE, {}), QUESTION, 0.95))
+    assert (verdict.action, verdict.doubted, approved) == ("verify", False, True)
+    assert budgets.estimate("ns", "latin", tier.rule("ns", "latin")).verdicts == 1
+    assert [c.doubted for c in inner.asked] == [True, False]
+    tier.close()
+
+
 # -- through the service --------------------------------------------------------------------------
 
 

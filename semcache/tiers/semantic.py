@@ -47,11 +47,20 @@ from ..protocols import EntryReader
 from .base import Hit
 
 _CANDIDATES = 4
-InFlightVerdict = Literal["serve", "verify", "no"]
 _INLINE_TOKENIZE_CHARS = 4_000
 # "audit": a verified hit answered from the upstream instead, to check the verifier; "reasked": an
 # exact hit answered from the upstream instead, to show the judge two answers to one question.
 ProbeSource = Literal["near_miss", "explored", "audit", "reasked"]
+
+
+@dataclass(frozen=True)
+class InFlightVerdict:
+    """Whether a similar request still in flight may answer this one: "serve", "verify" once its
+    answer is in, or "no". ``doubted``: verified because a doubting guard flagged it above the line,
+    decided here, so that a line moving while the answer is awaited cannot change what it teaches."""
+
+    action: Literal["serve", "verify", "no"]
+    doubted: bool = False
 
 
 @dataclass(frozen=True)
@@ -304,20 +313,20 @@ class SemanticTier:
         reason = checked.reason
         if reason is None and checked.doubt and verify != "sync":
             reason = f"guard {checked.doubt} doubts it, and an answer in flight is verified only in sync mode"
-        verdict: InFlightVerdict = (
+        action: Literal["serve", "verify", "no"] = (
             "no" if reason is not None else "serve" if similarity >= line and not checked.doubt else "verify"
         )
-        if verdict != "verify":  # a verified one is logged once its verdict is in
-            decision.decision = "hit: a request in flight" if verdict == "serve" else f"rejected: {reason}"
+        if action != "verify":  # a verified one is logged once its verdict is in
+            decision.decision = "hit: a request in flight" if action == "serve" else f"rejected: {reason}"
             self._decide(decision)
-        return verdict
+        return InFlightVerdict(action, doubted=action == "verify" and similarity >= line)
 
     async def verify_in_flight(
-        self, key: RequestKey, candidate: str, answer: str, similarity: float, headers: Mapping[str, str]
-    ) -> bool:
+        self, key: RequestKey, candidate: str, answer: str, similarity: float, doubted: bool,
+        headers: Mapping[str, str],
+    ) -> bool:  # fmt: skip
         """Whether a model approves the answer of a similar request that was in flight (no entry:
-        its verdict is not remembered)."""
-        doubted = similarity >= self.line(key.namespace, key.language)  # only a doubt verifies above the line
+        its verdict is not remembered); ``doubted`` as ``accepts_in_flight`` said."""
         case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, None, candidate, answer, key.model,
                                 similarity, doubted)  # fmt: skip
         verdict = await self.verification.verify(case, headers, functools.partial(self._approved, case))
