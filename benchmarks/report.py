@@ -278,6 +278,7 @@ def markdown(results: dict[str, Any]) -> str:
         _targets_section(results),
         _http_section(results),
         _embedder_section(results),
+        _steps_section(results),
         _comparison_section(results),
         _lag_section(results),
         _start_section(results),
@@ -417,6 +418,29 @@ def _embedder_section(results: dict[str, Any]) -> str:
     return f"## Embedder floor\n\nThe embedder semcache is configured with ({setup}), in its own process:\n\n" + _table(
         ["measure", "value"], rows
     )
+
+
+def _steps_section(results: dict[str, Any]) -> str:
+    semcache = results.get("semcache")
+    if not isinstance(semcache, dict) or "by_concurrency" not in semcache:
+        return ""  # the HTTP part did not run: its section says why
+    found = semcache.get("semantic_hit_steps") or {"skipped": "not recorded"}
+    title = "## Where a semantic hit's time goes"
+    if "steps" not in found:
+        return f"{title}\n\n" + _why_not(found)
+    rows = [[step, value["mean_ms"], value["calls_per_hit"]] for step, value in found["steps"].items()]
+    rows.append(["the rest: request parsing, keys, the hand-off to the embedding thread and back, the decision, "
+                 "the response, the log line", found["rest_ms"], "—"])  # fmt: skip
+    rows.append(["**the server's semantic hit** (`semcache_request_duration_seconds`)", found["server_mean_ms"], 1])
+    if "client_mean_ms" in found:
+        rows.append(["beyond the server: HTTP on loopback and the client's own work", found["beyond_server_ms"], "—"])
+        rows.append(["**the client's semantic hit**", found["client_mean_ms"], 1])
+    intro = (
+        f"Means over the {found['semantic_hits']} semantic hits of the one-client phase, from the server's own step "
+        "histograms (`/metrics`, read before and after it; `benchmarks/hit_steps.py`). Each step is the mean of its "
+        "calls; a step with more calls than hits also ran for the phase's few other requests."
+    )
+    return f"{title}\n\n{intro}\n\n" + _table(["step", "mean ms", "calls per hit"], rows)
 
 
 def _comparison_section(results: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ from rich.progress import Progress
 
 from testkit.servers import SemcacheProcess, standin_process
 
-from . import hit_quality_http, report
+from . import hit_quality_http, hit_steps, report
 from .gptcache_speed import measure as measure_gptcache
 from .http_load import (
     HttpClient,
@@ -316,6 +316,7 @@ async def _semcache_phases(
     by_level: dict[str, dict[str, Any]] = {}
     samples: Samples = {"semcache": {}, "upstream": {}}
     paired: dict[str, Any] = {}
+    steps: dict[str, Any] = {"skipped": "no one-client semantic-hit phase"}
     async with client_pool(32) as pool:
         filled = await fill(pool, chat, workload.stored, semcache_outcome)
     for clients in options.concurrency:
@@ -335,7 +336,11 @@ async def _semcache_phases(
             ]
             for phase, target, prompts, requests, expect, outcome_of, server_pid in plan:
                 if phase == "semantic_hit" and clients == min(options.concurrency):
+                    before = await hit_steps.scrape(url)
                     phases[phase], paired = await _paired_with_floor(pool, target, prompts, requests, pid, probe)
+                    samples_ms = phases[phase].samples_ms
+                    client_mean = statistics.fmean(samples_ms) if samples_ms else None
+                    steps = hit_steps.semantic_hit_steps(before, await hit_steps.scrape(url), client_mean)
                 elif phase == "semantic_hit" and clients == max(options.concurrency):
                     phases[phase], paired["batched"] = await _batched_around(
                         probe,
@@ -364,7 +369,9 @@ async def _semcache_phases(
             )
             samples["semcache"][str(clients)] = {n: r.samples_ms for n, r in phases.items() if n != "direct_upstream"}
             samples["upstream"][str(clients)] = {"direct": phases["direct_upstream"].samples_ms}
-    return {"fill_outcomes": dict(filled), "by_concurrency": by_level, "paired_floor": paired}, samples
+    measured = {"fill_outcomes": dict(filled), "by_concurrency": by_level, "paired_floor": paired,
+                "semantic_hit_steps": steps}  # fmt: skip
+    return measured, samples
 
 
 class FloorProbe:

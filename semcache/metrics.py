@@ -100,6 +100,12 @@ class Metrics:
                 buckets=STEP_BUCKETS_S,
                 registry=registry,
             ),
+            "guards": Histogram(
+                "semcache_guards_duration_seconds",
+                "The guards' checks of one semantic candidate, or of a similar request in flight.",
+                buckets=STEP_BUCKETS_S,
+                registry=registry,
+            ),
             "store_lookup": store_seconds.labels("lookup"),
             "store_read": store_seconds.labels("read"),
             "store_write": store_seconds.labels("write"),

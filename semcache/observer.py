@@ -15,7 +15,9 @@ from .stats import LatencyPath, Outcome
 
 # Timed steps of a request. The store steps: the exact-key lookup, reading a semantic candidate,
 # and writing a new entry.
-Stage = Literal["index_search", "store_lookup", "store_read", "store_write", "upstream_first_byte", "upstream_total"]
+Stage = Literal[
+    "index_search", "guards", "store_lookup", "store_read", "store_write", "upstream_first_byte", "upstream_total"
+]
 # "status": the upstream answered with an HTTP error; "unavailable": unreachable, timed out, or broken.
 UpstreamErrorKind = Literal["status", "unavailable"]
 

@@ -94,6 +94,10 @@ def test_benchmarks_run_quick_writes_results_and_summary(tmp_path: Path) -> None
         for figures in phases.values():
             assert figures["p50_ms"] > 0 and figures["p99_ms"] >= figures["p50_ms"] and figures["throughput_rps"] > 0
     assert results["embedder"]["one_prompt_p50_ms"] > 0 and results["embedder"]["batched_texts_per_s"] > 0
+    steps = results["semcache"]["semantic_hit_steps"]  # where a one-client semantic hit's time went
+    assert steps["semantic_hits"] > 0 and steps["server_mean_ms"] > 0
+    assert all(step["mean_ms"] > 0 and step["calls_per_hit"] >= 1 for step in steps["steps"].values()), steps
+    assert steps["server_mean_ms"] > steps["steps"]["embedding (the model alone)"]["mean_ms"]
     index = results["index"]["2000"]
     assert index["flat"]["recall_at_1"] == 1.0 and index["hnsw32"]["recall_at_1"] > 0.9
     for other in ("gptcache", "litellm"):
@@ -106,6 +110,7 @@ def test_benchmarks_run_quick_writes_results_and_summary(tmp_path: Path) -> None
 
     summary = (out / "summary.md").read_text()
     for heading in ("## Targets", "## HTTP latency and throughput", "## Embedder floor",
+                    "## Where a semantic hit's time goes",
                     "## Side by side: semcache, GPTCache, LiteLLM", "## Vector index",
                     "## The event loop under mixed load", "## Start-up on a large data folder"):  # fmt: skip
         assert heading in summary

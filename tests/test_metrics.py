@@ -197,6 +197,7 @@ def test_latency_histograms_have_the_requests_and_their_steps(traffic: Traffic) 
     for name, labels in [
         ("semcache_embedding_duration_seconds_count", {}),
         ("semcache_index_search_duration_seconds_count", {}),
+        ("semcache_guards_duration_seconds_count", {}),
         ("semcache_store_duration_seconds_count", {"operation": "lookup"}),
         ("semcache_store_duration_seconds_count", {"operation": "read"}),
     ]:

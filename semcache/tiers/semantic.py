@@ -361,10 +361,11 @@ class SemanticTier:
             return CandidateCheck("longer than the embedding model reads")
         doubting = guards.doubting(policy.guards) if verifying else ()
         check = functools.partial(guards.check, key.prompt, candidate, policy.guards + doubting)
-        if len(key.prompt) + len(candidate) > _INLINE_TOKENIZE_CHARS:  # the guards read both texts whole
-            results = await asyncio.to_thread(check)
-        else:
-            results = check()
+        with timed(self._observer, "guards"):
+            if len(key.prompt) + len(candidate) > _INLINE_TOKENIZE_CHARS:  # the guards read both texts whole
+                results = await asyncio.to_thread(check)
+            else:
+                results = check()
         # A doubting guard's flag sends the candidate to verification; it never vetoes.
         decision.guards = [{"guard": r.guard, "passed": r.passed, "detail": r.detail}
                            | ({"doubt": True} if r.guard in doubting else {}) for r in results]  # fmt: skip
