@@ -66,7 +66,7 @@ from .quality_vs_gptcache import (
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("embedder", "http", "lag", "gptcache", "litellm", "index", "start", "hit_quality")
 # Parts that run only when named (--only or --with): they take long (building a 1M-entry folder
-# takes most of an hour on 2 cores), or measure hit quality, not speed.
+# takes minutes of both cores), or measure hit quality, not speed.
 OPT_IN_PARTS = ("start", "hit_quality")
 RESULT_KEYS = {"http": "semcache"}  # where a part's results go, when not under its own name
 ONNX_EXPORTS = ROOT / "benchmarks" / "results" / ".models"
