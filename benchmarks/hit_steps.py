@@ -2,11 +2,13 @@
 and after the one-client semantic-hit phase of ``python -m benchmarks run``.
 
 Each step is the mean of its calls during the phase (the histogram's sum over its count, both as
-differences); "the rest" is what the server spent on a semantic hit beyond them: parsing and
-validating the request, its keys, the hand-off to the embedding thread and back, the decision, the
-response and the log line. A phase is mostly semantic hits; the few other requests in it (a
-paraphrase the verifier refused once, asked again, is an exact hit) add calls to the exact lookup
-only, and a refused paraphrase's first miss one embedding, search and check each.
+differences); "the rest" is what the server spent on a semantic hit beyond one call of each:
+parsing and validating the request, its keys, the template tier, the hand-off to the embedding
+thread and back, the decision, the response and the log line. Approximate: the phase is mostly
+semantic hits, but its few other requests add calls too. A paraphrase the verifier refused once is
+asked again as an exact hit (one more exact lookup); its first ask was a miss, which embedded,
+searched and checked like a hit, and after which the answer judge embedded two answers (longer
+texts than a prompt) in the same embedding histogram.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 # The steps of a semantic hit, each one call on the way: a histogram and its labels.
 STEPS: dict[str, tuple[str, dict[str, str]]] = {
-    "exact lookup (store)": ("semcache_store_duration_seconds", {"operation": "lookup"}),
-    "embedding (the model alone)": ("semcache_embedding_duration_seconds", {}),
-    "index search": ("semcache_index_search_duration_seconds", {}),
-    "candidate read (store)": ("semcache_store_duration_seconds", {"operation": "read"}),
+    "exact_lookup": ("semcache_store_duration_seconds", {"operation": "lookup"}),
+    "embedding": ("semcache_embedding_duration_seconds", {}),
+    "index_search": ("semcache_index_search_duration_seconds", {}),
+    "candidate_read": ("semcache_store_duration_seconds", {"operation": "read"}),
     "guards": ("semcache_guards_duration_seconds", {}),
 }
 REQUEST = ("semcache_request_duration_seconds", {"path": "semantic_hit"})
@@ -32,13 +34,14 @@ Histograms = dict[tuple[str, frozenset[tuple[str, str]]], tuple[float, float]]  
 async def scrape(url: str) -> Histograms:
     """Every histogram's sum and count at ``url``'s ``/metrics``."""
     async with httpx.AsyncClient(timeout=30) as client:
-        text = (await client.get(f"{url}/metrics")).text
+        response = await client.get(f"{url}/metrics")
+        response.raise_for_status()  # a metrics key set with --semcache-env: a 401, not metrics
     found: dict[tuple[str, frozenset[tuple[str, str]]], list[float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(response.text):
         if family.type != "histogram":
             continue
         for sample in family.samples:
-            part = 0 if sample.name.endswith("_sum") else 1 if sample.name.endswith("_count") else None
+            part = {f"{family.name}_sum": 0, f"{family.name}_count": 1}.get(sample.name)
             if part is None:
                 continue
             labels = frozenset(sample.labels.items())

@@ -420,6 +420,15 @@ def _embedder_section(results: dict[str, Any]) -> str:
     )
 
 
+_STEP_NAMES = {
+    "exact_lookup": "exact lookup (store)",
+    "embedding": "embedding (the model alone)",
+    "index_search": "index search",
+    "candidate_read": "candidate read (store)",
+    "guards": "guards",
+}
+
+
 def _steps_section(results: dict[str, Any]) -> str:
     semcache = results.get("semcache")
     if not isinstance(semcache, dict) or "by_concurrency" not in semcache:
@@ -428,9 +437,10 @@ def _steps_section(results: dict[str, Any]) -> str:
     title = "## Where a semantic hit's time goes"
     if "steps" not in found:
         return f"{title}\n\n" + _why_not(found)
-    rows = [[step, value["mean_ms"], value["calls_per_hit"]] for step, value in found["steps"].items()]
-    rows.append(["the rest: request parsing, keys, the hand-off to the embedding thread and back, the decision, "
-                 "the response, the log line", found["rest_ms"], "—"])  # fmt: skip
+    rows = [[_STEP_NAMES.get(step, step), value["mean_ms"], value["calls_per_hit"]]
+            for step, value in found["steps"].items()]  # fmt: skip
+    rows.append(["the rest (about): request parsing, keys, the template tier, the hand-off to the embedding "
+                 "thread and back, the decision, the response, the log line", found["rest_ms"], "—"])  # fmt: skip
     rows.append(["**the server's semantic hit** (`semcache_request_duration_seconds`)", found["server_mean_ms"], 1])
     if "client_mean_ms" in found:
         rows.append(["beyond the server: HTTP on loopback and the client's own work", found["beyond_server_ms"], "—"])
@@ -438,7 +448,8 @@ def _steps_section(results: dict[str, Any]) -> str:
     intro = (
         f"Means over the {found['semantic_hits']} semantic hits of the one-client phase, from the server's own step "
         "histograms (`/metrics`, read before and after it; `benchmarks/hit_steps.py`). Each step is the mean of its "
-        "calls; a step with more calls than hits also ran for the phase's few other requests."
+        "calls; a step with more calls than hits also ran for the phase's few other requests (the embedding's then "
+        "include the answer judge's embeddings of two answers after a miss), so the rest is approximate."
     )
     return f"{title}\n\n{intro}\n\n" + _table(["step", "mean ms", "calls per hit"], rows)
 

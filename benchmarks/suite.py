@@ -336,11 +336,16 @@ async def _semcache_phases(
             ]
             for phase, target, prompts, requests, expect, outcome_of, server_pid in plan:
                 if phase == "semantic_hit" and clients == min(options.concurrency):
-                    before = await hit_steps.scrape(url)
+                    before = await _scraped(url)
                     phases[phase], paired = await _paired_with_floor(pool, target, prompts, requests, pid, probe)
+                    after = await _scraped(url)
                     samples_ms = phases[phase].samples_ms
                     client_mean = statistics.fmean(samples_ms) if samples_ms else None
-                    steps = hit_steps.semantic_hit_steps(before, await hit_steps.scrape(url), client_mean)
+                    steps = (
+                        hit_steps.semantic_hit_steps(before, after, client_mean)
+                        if isinstance(before, dict) and isinstance(after, dict)
+                        else {"skipped": f"/metrics could not be read: {before if isinstance(before, str) else after}"}
+                    )
                 elif phase == "semantic_hit" and clients == max(options.concurrency):
                     phases[phase], paired["batched"] = await _batched_around(
                         probe,
@@ -372,6 +377,14 @@ async def _semcache_phases(
     measured = {"fill_outcomes": dict(filled), "by_concurrency": by_level, "paired_floor": paired,
                 "semantic_hit_steps": steps}  # fmt: skip
     return measured, samples
+
+
+async def _scraped(url: str) -> hit_steps.Histograms | str:
+    """The server's histograms, or why they could not be read (the phases go on without them)."""
+    try:
+        return await hit_steps.scrape(url)
+    except (httpx.HTTPError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 class FloorProbe:

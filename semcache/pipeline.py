@@ -715,7 +715,7 @@ class Pipeline:
             return False
         verified = verdict.action == "verify"
         if verified and not await self.semantic.verify_in_flight(
-            lookup.key, flight.key.prompt, done.text, similarity, verdict.doubted, lookup.upstream_headers
+            lookup.key, flight.key.prompt, done.text, similarity, verdict, lookup.upstream_headers
         ):
             return False
         lookup.hit = Hit(tier="semantic", answer=done.text, matched_prompt=flight.key.prompt, similarity=similarity,

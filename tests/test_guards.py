@@ -38,6 +38,7 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("Is the pharmacy open at 8 am?", "Is the pharmacy open at 8 pm?", "numbers"),
         ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8 p.m.?", "numbers"),
         ("Is the pharmacy open at 8a.m.?", "Is the pharmacy open at 8p.m.?", "numbers"),
+        ("Open at 8am.What about Sunday?", "Open at 9am.What about Sunday?", "numbers"),
         ("What is 2³?", "What is 23?", "literals"),
         ("What does `ls -R` do?", "What does `ls -r` do?", "literals"),
         ("What does ls -R do?", "What does ls -r do?", "literals"),
@@ -89,6 +90,18 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
 )
 def test_true_paraphrases_pass_every_guard(query: str, cached: str) -> None:
     assert all(verdicts(query, cached).values()), verdicts(query, cached)
+
+
+@pytest.mark.parametrize(
+    ("query", "cached"),
+    [
+        ("Is the pharmacy open at 8a.m.?", "Is the pharmacy open at 8 am?"),
+        ("Open at 8am.What about Sunday?", "Open at 8am.And on Sunday?"),  # no space after the stop
+        ("Why the 1960s.Why then?", "Why the 1960s.How come?"),
+    ],
+)
+def test_numbers_reads_a_unit_however_it_is_typed(query: str, cached: str) -> None:
+    assert verdicts(query, cached)["numbers"] is True
 
 
 def test_results_explain_the_veto() -> None:

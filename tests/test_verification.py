@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from semcache.decision.budget import ErrorBudgets
-from semcache.decision.quality import NamespacePolicies, QualityPolicy
+from semcache.decision.quality import Decision, NamespacePolicies, QualityPolicy
 from semcache.decision.verification import (
     VERIFICATION_MARK,
     UpstreamVerifier,
@@ -305,26 +305,36 @@ def test_a_doubted_candidate_above_the_line_is_verified_and_a_refusal_lets_a_cer
 
 def test_a_request_in_flight_is_verified_as_doubted_only_where_a_guard_doubted_it_above_the_line() -> None:
     """The doubt is decided when the answer in flight is accepted, not read again from a line that
-    may move while the answer is awaited; a doubted approval teaches nothing, a band approval does."""
+    moves while the answer is awaited; a doubted approval teaches nothing, a band approval does."""
     inner, budgets = CountingVerifier("yes"), ErrorBudgets()
     policies = NamespacePolicies(QualityPolicy(threshold=0.91, guards=("numbers", "negation")))
-    tier = SemanticTier(ScopedVectorIndex(4), Entries(), policies, Verification(inner), budgets=budgets)
+    decisions: list[Decision] = []
+    tier = SemanticTier(ScopedVectorIndex(4), Entries(), policies, Verification(inner), budgets=budgets,
+                        on_decision=decisions.append)  # fmt: skip
     vector = np.zeros(4, dtype=np.float32)
     swapped = cache_api_key("ns", "Is Poland bigger than Germany?", {})  # `order` doubts it
+    paraphrase = cache_api_key("ns", PARAPHRASE, {})
 
-    async def in_flight(key: Any, candidate: str, similarity: float) -> tuple[Any, bool]:
-        verdict = await tier.accepts_in_flight(key, vector, candidate, similarity)
-        approved = await tier.verify_in_flight(key, candidate, "An answer.", similarity, verdict.doubted, {})
-        return verdict, approved
+    async def accept(key: Any, candidate: str, similarity: float) -> Any:
+        return await tier.accepts_in_flight(key, vector, candidate, similarity)
 
-    verdict, approved = asyncio.run(in_flight(swapped, "Is Germany bigger than Poland?", 0.99))
-    assert (verdict.action, verdict.doubted, approved) == ("verify", True, True)
+    async def verify(key: Any, candidate: str, similarity: float, accepted: Any) -> bool:
+        return await tier.verify_in_flight(key, candidate, "An answer.", similarity, accepted, {})
+
+    doubted = asyncio.run(accept(swapped, "Is Germany bigger than Poland?", 0.99))
+    in_band = asyncio.run(accept(paraphrase, QUESTION, 0.95))
+    assert (doubted.action, doubted.doubted, in_band.action, in_band.doubted) == ("verify", True, "verify", False)
+    assert doubted.line == in_band.line == pytest.approx(0.98, abs=0.001)
+    # While the answers are awaited the line comes down under both: neither changes what it teaches.
+    policies.set("ns", {"threshold": 0.9, "learn": False})
+    assert tier.line("ns", "latin") < 0.95
+    assert asyncio.run(verify(swapped, "Is Germany bigger than Poland?", 0.99, doubted))
     assert budgets.estimate("ns", "latin", tier.rule("ns", "latin")).verdicts == 0
-
-    verdict, approved = asyncio.run(in_flight(cache_api_key("ns", PARAPHRASE, {}), QUESTION, 0.95))
-    assert (verdict.action, verdict.doubted, approved) == ("verify", False, True)
+    assert asyncio.run(verify(paraphrase, QUESTION, 0.95, in_band))
     assert budgets.estimate("ns", "latin", tier.rule("ns", "latin")).verdicts == 1
     assert [c.doubted for c in inner.asked] == [True, False]
+    logged = [d for d in decisions if d.decision == "hit: a request in flight"]
+    assert [d.threshold for d in logged] == [doubted.line, in_band.line]  # the lines they were accepted under
     tier.close()
 
 

@@ -53,13 +53,18 @@ _INLINE_TOKENIZE_CHARS = 4_000
 ProbeSource = Literal["near_miss", "explored", "audit", "reasked"]
 
 
+InFlightAction = Literal["serve", "verify", "no"]
+
+
 @dataclass(frozen=True)
 class InFlightVerdict:
     """Whether a similar request still in flight may answer this one: "serve", "verify" once its
-    answer is in, or "no". ``doubted``: verified because a doubting guard flagged it above the line,
-    decided here, so that a line moving while the answer is awaited cannot change what it teaches."""
+    answer is in, or "no", judged against ``line``. ``doubted``: to be verified because a doubting
+    guard flagged it above the line. Both are decided when the request is accepted, so that a line
+    moving while its answer is awaited changes neither what the verdict teaches nor what is logged."""
 
-    action: Literal["serve", "verify", "no"]
+    action: InFlightAction
+    line: float
     doubted: bool = False
 
 
@@ -313,27 +318,28 @@ class SemanticTier:
         reason = checked.reason
         if reason is None and checked.doubt and verify != "sync":
             reason = f"guard {checked.doubt} doubts it, and an answer in flight is verified only in sync mode"
-        action: Literal["serve", "verify", "no"] = (
+        action: InFlightAction = (
             "no" if reason is not None else "serve" if similarity >= line and not checked.doubt else "verify"
         )
         if action != "verify":  # a verified one is logged once its verdict is in
             decision.decision = "hit: a request in flight" if action == "serve" else f"rejected: {reason}"
             self._decide(decision)
-        return InFlightVerdict(action, doubted=action == "verify" and similarity >= line)
+        doubted = action == "verify" and checked.doubt is not None and similarity >= line
+        return InFlightVerdict(action, line, doubted)
 
     async def verify_in_flight(
-        self, key: RequestKey, candidate: str, answer: str, similarity: float, doubted: bool,
+        self, key: RequestKey, candidate: str, answer: str, similarity: float, accepted: InFlightVerdict,
         headers: Mapping[str, str],
     ) -> bool:  # fmt: skip
         """Whether a model approves the answer of a similar request that was in flight (no entry:
-        its verdict is not remembered); ``doubted`` as ``accepts_in_flight`` said."""
+        its verdict is not remembered), ``accepted`` for verification by ``accepts_in_flight``."""
         case = VerificationCase(key.namespace, key.language, key.prompt, key.exact, None, candidate, answer, key.model,
-                                similarity, doubted)  # fmt: skip
+                                similarity, accepted.doubted)  # fmt: skip
         verdict = await self.verification.verify(case, headers, functools.partial(self._approved, case))
         outcome = "hit: a request in flight" if verdict == "yes" else "miss"
         self._decide(Decision(namespace=key.namespace, query=key.prompt, decision=outcome, candidate=candidate,
-                              similarity=round(similarity, 4), language=key.language,
-                              threshold=self.line(key.namespace, key.language), verification=verdict))  # fmt: skip
+                              similarity=round(similarity, 4), language=key.language, threshold=accepted.line,
+                              verification=verdict))  # fmt: skip
         return verdict == "yes"
 
     async def _check(

@@ -102,6 +102,8 @@ def values(prompt: Prompt, tables: Tables) -> Numbers:
         attached = _WITH_SUFFIX.fullmatch(word)
         if attached:
             digits, suffix = attached.groups()
+            if suffix not in tables.units and suffix not in tables.ordinal_suffixes:
+                suffix = suffix.split(".", 1)[0]  # "8am.What": a sentence typed on without a space
             if suffix in tables.ordinal_suffixes:
                 found.add(number(digits))
             else:
