@@ -24,6 +24,8 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("Are towns in Idaho nice for hikers?", "Are towns in Montana nice for hikers?", "entities"),
         ("What does LeBron James think of Kobe Bryant?", "What does Kobe Bryant think of LeBron James?", "order"),
         ("Are cats afraid of tigers?", "Are tigers afraid of cats?", "order"),
+        ("Can type A blood be given to type B?", "Can type B blood be given to type A?", "order"),
+        ("Can someone with type A blood donate to type B?", "Can type B donors give to type A people?", "order"),
         ("What is 2³?", "What is 23?", "numbers"),
         ("Can I return shoes after one week?", "Can I return shoes after two weeks?", "numbers"),
         ("Who was the first king of Spain?", "Who was the king of Spain?", "numbers"),
@@ -207,6 +209,20 @@ def test_the_guards_read_every_language(query: str, cached: str, guard: str) -> 
 def test_rewordings_in_every_language_pass_every_guard(query: str, cached: str) -> None:
     failed = {name: ok for name, ok in verdicts(query, cached).items() if not ok and name not in ("entities", "order")}
     assert not failed, failed
+
+
+@pytest.mark.parametrize(
+    ("query", "cached"),
+    [
+        ("Can type A blood be given to type B?", "Can someone of type A give blood to type B?"),
+        ("Should I take vitamin D daily?", "Is it good to take vitamin D every day?"),
+        ("A dog bit me, what should I do?", "What should I do, a dog bit me?"),  # an article, not a label
+        ("Can I get a refund?", "May I get a refund?"),  # the pronoun, not a label
+    ],
+)
+def test_a_letter_naming_a_kind_keeps_its_place_in_a_rewording(query: str, cached: str) -> None:
+    assert verdicts(query, cached)["order"] is True
+    assert verdicts(cached, query)["order"] is True
 
 
 def test_a_number_of_thousands_of_digits_is_compared_as_written() -> None:

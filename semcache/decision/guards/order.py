@@ -18,7 +18,7 @@ def order(query: Prompt, cached: Prompt) -> GuardResult:
     right = _content_positions(cached)
     shared = [w for w in left if w in right]  # in the query's order
     if set(left) != set(right):  # only names count: the other words may have moved with the wording
-        names = set(named(query)) | set(named(cached))
+        names = set(named(query)) | set(named(cached)) | _labels(left) | _labels(right)
         shared = [w for w in shared if w in names]
     swapped = _first_swap([right[w] for w in shared])
     if swapped is None:
@@ -42,15 +42,32 @@ def _first_swap(positions: list[int]) -> tuple[int, int] | None:
 
 
 def _content_positions(text: Prompt) -> dict[str, int]:
+    """Where each content word stands, by its stem; a word that comes twice has no one place."""
     positions: dict[str, int] = {}
     counts: dict[str, int] = {}
     for position, token in enumerate(text.tokens):
-        if token in STOPWORDS or token in _NEGATIONS or len(token) < 2:
+        if _is_label(text, position):
+            word = f"{stem(text.tokens[position - 1])} {token}"  # "type A" and "type B": two things
+        elif token in STOPWORDS or token in _NEGATIONS or len(token) < 2:
             continue
-        word = stem(token)
+        else:
+            word = stem(token)
         counts[word] = counts.get(word, 0) + 1
         positions.setdefault(word, position)
     return {word: at for word, at in positions.items() if counts[word] == 1}
+
+
+def _is_label(text: Prompt, position: int) -> bool:
+    """A capital letter that names a kind after a word ("type A", "plan B", "vitamin D"): not the
+    pronoun "I", and not an article opening a sentence ("A dog ...")."""
+    letter = text.cased[position]
+    return (
+        len(letter) == 1 and "A" <= letter <= "Z" and letter != "I" and position > 0 and not text.after_mark[position]
+    )
+
+
+def _labels(positions: dict[str, int]) -> set[str]:
+    return {word for word in positions if " " in word}
 
 
 def roles(query: Prompt, cached: Prompt) -> GuardResult:
