@@ -10,7 +10,9 @@ batches of 16, 32 and 64 (and ``embed_batch_size``), as the server's micro-batch
 load, and the best of them is the floor: the server's batches are whatever size the load makes
 them. Both are measured on the prompts a semantic hit embeds: the paraphrases the semantic-hit
 phase sends (they are longer than the stored questions, and take longer to embed).
-The stored questions' one-prompt time is reported beside it. Prints JSON.
+The stored questions' one-prompt time is reported beside it, and one-prompt time after an idle
+wait (``--idle-ms``): a call that follows a pause runs on cold caches, as a miss's embedding does
+when it arrives at a server that has been waiting on the upstream. Prints JSON.
 """
 
 from __future__ import annotations
@@ -74,11 +76,18 @@ def measure(embedder: Embedder, prompts: list[str], batch_size: int, rounds: int
     }
 
 
-def measure_one_prompt(embedder: Embedder, prompts: list[str], rounds: int) -> list[float]:
-    """Milliseconds per call, one prompt per call, over ``prompts`` ``rounds`` times."""
+# How many paraphrases the after-idle time is measured on: each call waits first.
+IDLE_PROMPTS = 30
+
+
+def measure_one_prompt(embedder: Embedder, prompts: list[str], rounds: int, idle_s: float = 0.0) -> list[float]:
+    """Milliseconds per call, one prompt per call, over ``prompts`` ``rounds`` times; with
+    ``idle_s``, each call after that long a pause (not timed)."""
     single_ms = []
     for _ in range(rounds):
         for prompt in prompts:
+            if idle_s > 0:
+                time.sleep(idle_s)
             started = time.perf_counter()
             embedder.embed([prompt])
             single_ms.append((time.perf_counter() - started) * 1000)
@@ -103,21 +112,26 @@ def batched_throughput(embedder: Embedder, prompts: list[str], sizes: list[int],
     return {size: round(texts[size] / seconds[size], 1) for size in sizes}
 
 
-def run(rounds: int = 3) -> dict[str, Any]:
+def run(rounds: int = 3, idle_ms: float = 300.0) -> dict[str, Any]:
     settings = Settings()
     embedder = configured_embedder(settings)
     workload = Workload.default()
     measured = measure(embedder, workload.paraphrases, settings.embed_batch_size, rounds)
     stored = measure_one_prompt(embedder, workload.stored, rounds)
+    after_idle = measure_one_prompt(embedder, workload.paraphrases[:IDLE_PROMPTS], 1, idle_s=idle_ms / 1000)
     return {"embedder": describe(settings, embedder), "prompts": "paraphrases", **measured,
-            "stored_one_prompt_p50_ms": round(statistics.median(stored), 3)}  # fmt: skip
+            "stored_one_prompt_p50_ms": round(statistics.median(stored), 3),
+            "after_idle": {"idle_ms": idle_ms, "one_prompt_p50_ms": round(statistics.median(after_idle), 3),
+                           "count": len(after_idle)}}  # fmt: skip
 
 
 def serve() -> None:
     """One-prompt timings on demand, for a measurement paired with the HTTP one: prints ``ready``,
     then answers each line ``N`` on stdin with the milliseconds of the next N paraphrases, embedded
     one per call, as a JSON list, each line that is a JSON list of texts with theirs (the new
-    prompts a miss phase sent, which are longer than the paraphrases), and each line ``batched``
+    prompts a miss phase sent, which are longer than the paraphrases), each line that is a JSON
+    object ``{"texts": [...], "idle_s": S}`` with theirs, each call after a pause of S seconds (a
+    miss's embedding follows the server's wait on the upstream), and each line ``batched``
     with the paraphrases' prompts/s in batches of each size, once over them, as a JSON object. The
     machine's speed drifts over minutes; timings taken between the chunks of an HTTP phase drift
     with it."""
@@ -132,24 +146,31 @@ def serve() -> None:
             rates = batched_throughput(embedder, prompts, sorted({*BATCH_SIZES, settings.embed_batch_size}), 1)
             print(json.dumps({str(size): rate for size, rate in rates.items()}), flush=True)
             continue
-        if line.lstrip().startswith("["):
+        idle_s = 0.0
+        if line.lstrip().startswith("{"):
+            asked = json.loads(line)
+            chosen, idle_s = [str(text) for text in asked["texts"]], float(asked["idle_s"])
+        elif line.lstrip().startswith("["):
             chosen = [str(text) for text in json.loads(line)]
         else:
             count = int(line)
             chosen = [prompts[(taken + n) % len(prompts)] for n in range(count)]
             taken += count
-        print(json.dumps([round(ms, 3) for ms in measure_one_prompt(embedder, chosen, 1)]), flush=True)
+        print(json.dumps([round(ms, 3) for ms in measure_one_prompt(embedder, chosen, 1, idle_s)]), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="passes over the workload's 100 paraphrases")
+    parser.add_argument("--idle-ms", type=float, default=300.0,
+                        help="the pause before each after-idle call (default 300: the shortest upstream wait "
+                        "of python -m benchmarks run)")  # fmt: skip
     parser.add_argument("--serve", action="store_true", help="answer 'N' lines on stdin with N one-prompt timings")
     args = parser.parse_args()
     if args.serve:
         serve()
         return
-    print(json.dumps(run(args.rounds)))
+    print(json.dumps(run(args.rounds, args.idle_ms)))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,17 @@ def miss_prompt_floor(results: dict[str, Any]) -> tuple[float | None, str]:
     return floor, f"one embedding of the paraphrases, {source}"
 
 
+def miss_prompt_after_idle(results: dict[str, Any]) -> str:
+    """The miss prompts' embedding after a pause, as a clause of the miss target's figure, if it
+    was measured: the allowance uses the back-to-back embedding, and this shows what the machine
+    does to the same call when it follows a wait, as a miss's does."""
+    after = (_paired_floor(results).get("miss_prompts") or {}).get("after_idle") or {}
+    if not after.get("one_prompt_p50_ms"):
+        return ""
+    idle, ms = after.get("idle_ms"), after["one_prompt_p50_ms"]
+    return f"; the same embedding after {idle} ms idle, as a miss's follows a wait: {ms} ms"
+
+
 def batched_floor(results: dict[str, Any]) -> tuple[float | None, str]:
     """The embedder's best batched rate that the most clients' semantic hits/s is compared with:
     measured around that phase when it was, else the embedder part's."""
@@ -169,6 +180,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     miss_pairs = f" over {pairs} prompts paired" if pairs else ""
     miss_floor, miss_floor_source = miss_prompt_floor(results)
     miss_allowed = None if miss_floor is None else round(2.0 + miss_floor, 2)
+    miss_after_idle = miss_prompt_after_idle(results)
     start = results.get("start") or {}
     ready = start.get("ready_p50_s")
     lag = (results.get("lag") or {}).get("healthz") or {}
@@ -209,7 +221,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "≤ 2 ms + one embedding",
             miss_added,
             at_most(miss_added, miss_allowed),
-            f"{miss_added} ms{miss_pairs} (allowed {miss_allowed} ms: 2 ms + {miss_floor_source})",
+            f"{miss_added} ms{miss_pairs} (allowed {miss_allowed} ms: 2 ms + {miss_floor_source}{miss_after_idle})",
         ),
         _target(
             f"start on {start.get('entries', 1_000_000):,} entries to /healthz ready, p50",
@@ -392,6 +404,12 @@ def _embedder_section(results: dict[str, Any]) -> str:
         ["one prompt per call, p50", f"{embedder.get('one_prompt_p50_ms')} ms"],
         ["one prompt per call, p99", f"{embedder.get('one_prompt_p99_ms')} ms"],
     ]
+    idle = embedder.get("after_idle") or {}
+    if idle.get("one_prompt_p50_ms"):
+        rows.append([
+            f"one prompt per call, p50, each after {idle.get('idle_ms')} ms idle ({idle.get('count')} calls)",
+            f"{idle['one_prompt_p50_ms']} ms",
+        ])  # fmt: skip
     paired = _paired_floor(results)
     if paired.get("one_prompt_p50_ms"):
         rows.append([
@@ -411,6 +429,12 @@ def _embedder_section(results: dict[str, Any]) -> str:
             f"one prompt per call, p50, the miss phase's own prompts, between its chunks ({misses.get('count')} calls)",
             f"{misses['one_prompt_p50_ms']} ms",
         ])  # fmt: skip
+        idle = misses.get("after_idle") or {}
+        if idle.get("one_prompt_p50_ms"):
+            rows.append([
+                f"the same prompts, each after {idle.get('idle_ms')} ms idle",
+                f"{idle['one_prompt_p50_ms']} ms",
+            ])  # fmt: skip
     by_size = embedder.get("batched_by_size") or {str(embedder.get("batch_size")): embedder.get("batched_texts_per_s")}
     best = str(embedder.get("batched_best_size", embedder.get("batch_size")))
     for size, rate in by_size.items():

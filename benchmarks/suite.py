@@ -354,7 +354,7 @@ async def _semcache_phases(
                     )  # fmt: skip
                 elif phase == "miss" and clients == min(options.concurrency):
                     phases[phase], paired["miss_prompts"] = await _misses_paired_with_floor(
-                        pool, target, prompts, pid, probe
+                        pool, target, prompts, pid, probe, idle_s=options.upstream_delay_ms[0] / 1000
                     )
                 else:
                     phases[phase] = await run_phase(
@@ -412,9 +412,11 @@ class FloorProbe:
         """``count`` one-prompt timings (of the next paraphrases), or none when the probe did not start."""
         return [float(ms) for ms in self._ask(f"{count}")]
 
-    def texts_ms(self, texts: list[str]) -> list[float]:
-        """A one-prompt timing of each of ``texts``, or none when the probe did not start."""
-        return [float(ms) for ms in self._ask(json.dumps(texts))]
+    def texts_ms(self, texts: list[str], idle_s: float = 0.0) -> list[float]:
+        """A one-prompt timing of each of ``texts``, each after a pause of ``idle_s`` when it is
+        set; none when the probe did not start."""
+        asked = {"texts": texts, "idle_s": idle_s} if idle_s > 0 else texts
+        return [float(ms) for ms in self._ask(json.dumps(asked))]
 
     def batched_rates(self) -> dict[str, float]:
         """Prompts/s in batches of each size, once over the paraphrases; none when the probe did not start."""
@@ -481,12 +483,15 @@ async def _batched_around(probe: FloorProbe, phase: Awaitable[PhaseResult]) -> t
 
 
 async def _misses_paired_with_floor(
-    pool: list[HttpClient], chat: str, prompts: list[str], pid: int, probe: FloorProbe
+    pool: list[HttpClient], chat: str, prompts: list[str], pid: int, probe: FloorProbe, *, idle_s: float
 ) -> tuple[PhaseResult, dict[str, Any]]:
     """The miss phase in ``PAIRED_CHUNKS`` chunks, each followed by one-prompt embeddings of the
     chunk's own prompts in the floor's process: what a miss adds is held against one embedding of
-    the prompts it embedded, which are longer than the paraphrases (new prompts, each numbered)."""
-    merged, floor_ms = PhaseResult(), []
+    the prompts it embedded, which are longer than the paraphrases (new prompts, each numbered).
+    Each prompt is embedded twice: back to back, the figure the target allows for, and after a
+    pause of ``idle_s`` (the upstream's shortest wait), as a miss's embedding runs: on a server
+    that sat idle while the last miss waited on the upstream."""
+    merged, floor_ms, after_idle_ms = PhaseResult(), [], []
     chunk = max(1, len(prompts) // PAIRED_CHUNKS)
     for start in range(0, len(prompts), chunk):
         part = prompts[start : start + chunk]
@@ -496,10 +501,12 @@ async def _misses_paired_with_floor(
             )
         )
         floor_ms += await asyncio.to_thread(probe.texts_ms, part)
+        after_idle_ms += await asyncio.to_thread(probe.texts_ms, part, idle_s)
     if not floor_ms:
         return merged, {"skipped": probe.error or "no timings"}
+    after_idle = {"idle_ms": round(idle_s * 1000, 1), "one_prompt_p50_ms": round(statistics.median(after_idle_ms), 3)}
     return merged, {"one_prompt_p50_ms": round(statistics.median(floor_ms), 3), "count": len(floor_ms),
-                    "chunks": PAIRED_CHUNKS}  # fmt: skip
+                    "chunks": PAIRED_CHUNKS, "after_idle": after_idle}  # fmt: skip
 
 
 async def _warm_up(pool: list[HttpClient], chat: str, workload: Workload) -> None:
