@@ -394,6 +394,13 @@ def _http_section(results: dict[str, Any]) -> str:
     return "\n".join(text)
 
 
+def _p50_row(measured: dict[str, Any], label: str) -> list[list[str]]:
+    """A row of ``measured``'s one-prompt p50 under ``label``; none where it was not measured."""
+    if not measured.get("one_prompt_p50_ms"):
+        return []
+    return [[label, f"{measured['one_prompt_p50_ms']} ms"]]
+
+
 def _embedder_section(results: dict[str, Any]) -> str:
     embedder = results.get("embedder", {})
     if "one_prompt_p50_ms" not in embedder:
@@ -405,17 +412,13 @@ def _embedder_section(results: dict[str, Any]) -> str:
         ["one prompt per call, p99", f"{embedder.get('one_prompt_p99_ms')} ms"],
     ]
     idle = embedder.get("after_idle") or {}
-    if idle.get("one_prompt_p50_ms"):
-        rows.append([
-            f"one prompt per call, p50, each after {idle.get('idle_ms')} ms idle ({idle.get('count')} calls)",
-            f"{idle['one_prompt_p50_ms']} ms",
-        ])  # fmt: skip
+    rows += _p50_row(
+        idle, f"one prompt per call, p50, each after {idle.get('idle_ms')} ms idle ({idle.get('count')} calls)"
+    )
     paired = _paired_floor(results)
-    if paired.get("one_prompt_p50_ms"):
-        rows.append([
-            f"one prompt per call, p50, between the chunks of the semantic-hit phase ({paired.get('count')} calls)",
-            f"{paired['one_prompt_p50_ms']} ms",
-        ])  # fmt: skip
+    rows += _p50_row(
+        paired, f"one prompt per call, p50, between the chunks of the semantic-hit phase ({paired.get('count')} calls)"
+    )
     around = paired.get("batched") or {}
     if around.get("batched_texts_per_s"):
         rates = ", ".join(f"{size}: {rate}" for size, rate in around.get("batched_by_size", {}).items())
@@ -424,17 +427,12 @@ def _embedder_section(results: dict[str, Any]) -> str:
             f"{rates})", f"{around['batched_texts_per_s']} prompts/s",
         ])  # fmt: skip
     misses = paired.get("miss_prompts") or {}
-    if misses.get("one_prompt_p50_ms"):
-        rows.append([
-            f"one prompt per call, p50, the miss phase's own prompts, between its chunks ({misses.get('count')} calls)",
-            f"{misses['one_prompt_p50_ms']} ms",
-        ])  # fmt: skip
-        idle = misses.get("after_idle") or {}
-        if idle.get("one_prompt_p50_ms"):
-            rows.append([
-                f"the same prompts, each after {idle.get('idle_ms')} ms idle",
-                f"{idle['one_prompt_p50_ms']} ms",
-            ])  # fmt: skip
+    rows += _p50_row(
+        misses,
+        f"one prompt per call, p50, the miss phase's own prompts, between its chunks ({misses.get('count')} calls)",
+    )
+    idle = misses.get("after_idle") or {}
+    rows += _p50_row(idle, f"the same prompts, each after {idle.get('idle_ms')} ms idle")
     by_size = embedder.get("batched_by_size") or {str(embedder.get("batch_size")): embedder.get("batched_texts_per_s")}
     best = str(embedder.get("batched_best_size", embedder.get("batch_size")))
     for size, rate in by_size.items():
