@@ -76,8 +76,10 @@ def measure(embedder: Embedder, prompts: list[str], batch_size: int, rounds: int
     }
 
 
-# How many paraphrases the after-idle time is measured on: each call waits first.
+# How many paraphrases the after-idle time is measured on (each call waits first), and the wait:
+# the shortest upstream delay of ``python -m benchmarks run``.
 IDLE_PROMPTS = 30
+IDLE_MS = 300.0
 
 
 def measure_one_prompt(embedder: Embedder, prompts: list[str], rounds: int, idle_s: float = 0.0) -> list[float]:
@@ -112,7 +114,7 @@ def batched_throughput(embedder: Embedder, prompts: list[str], sizes: list[int],
     return {size: round(texts[size] / seconds[size], 1) for size in sizes}
 
 
-def run(rounds: int = 3, idle_ms: float = 300.0) -> dict[str, Any]:
+def run(rounds: int = 3, idle_ms: float = IDLE_MS) -> dict[str, Any]:
     settings = Settings()
     embedder = configured_embedder(settings)
     workload = Workload.default()
@@ -162,9 +164,9 @@ def serve() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="passes over the workload's 100 paraphrases")
-    parser.add_argument("--idle-ms", type=float, default=300.0,
-                        help="the pause before each after-idle call (default 300: the shortest upstream wait "
-                        "of python -m benchmarks run)")  # fmt: skip
+    parser.add_argument("--idle-ms", type=float, default=IDLE_MS,
+                        help=f"the pause before each after-idle call (default {IDLE_MS:g}: the shortest upstream "
+                        "wait of python -m benchmarks run)")  # fmt: skip
     parser.add_argument("--serve", action="store_true", help="answer 'N' lines on stdin with N one-prompt timings")
     args = parser.parse_args()
     if args.serve:
