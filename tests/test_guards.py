@@ -242,3 +242,12 @@ def test_a_stored_prompt_read_before_gives_the_same_verdicts_and_long_ones_are_n
     assert guards._cached_reading(stored) is guards._cached_reading(stored)
     long = "Why? " * 300
     assert guards._cached_reading(long) is not guards._cached_reading(long)
+
+
+def test_a_kept_reading_of_a_stored_prompt_is_by_the_languages_it_is_read_in() -> None:
+    """A stored prompt is read in the languages of both sides: "zwei" is no number beside an
+    English query and 2 beside a German one, however often and in whatever order it is checked."""
+    stored = "Is a table for zwei free tonight?"
+    english, german = "Is a table for two free tonight?", "Ist ein Tisch für zwei heute frei?"
+    for query, passes in [(english, False), (german, True), (english, False), (german, True)]:
+        assert verdicts(query, stored)["numbers"] is passes, query

@@ -63,7 +63,7 @@ assert tuple(_GUARDS) == GUARD_NAMES, "every guard an operator may name, and no 
 
 def named_entities(text: str) -> list[str]:
     """Names, acronyms and codes in ``text``, lower-cased."""
-    return named(Prompt.of(text))
+    return list(named(Prompt.of(text)))
 
 
 def doubting(enabled: Iterable[str]) -> tuple[str, ...]:
@@ -79,7 +79,8 @@ def check(query: str, cached: str, enabled: Iterable[str]) -> list[GuardResult]:
 
 
 # A stored prompt is a candidate again and again, and reading it is a share of every check: short
-# ones are read once (a reading never changes), a bounded number of them. Queries are read anew.
+# ones are kept, a bounded number of them, with what each guard read in them (``Prompt.read``; a
+# reading never changes). Queries are read anew.
 _KEPT_READINGS = 1024
 _KEPT_READING_CHARS = 1_000
 

@@ -14,7 +14,7 @@ def _beside_a_number(words: list[str], position: int) -> bool:
     return any(0 <= at < len(words) and words[at][:1].isdigit() for at in (position - 1, position + 1))
 
 
-def named(prompt: Prompt, tables: Tables) -> set[str]:
+def named(prompt: Prompt, tables: Tables) -> frozenset[str]:
     found = set()
     for position, word in enumerate(prompt.words):
         kind, number = (
@@ -28,12 +28,12 @@ def named(prompt: Prompt, tables: Tables) -> set[str]:
         ):
             continue
         found.add(f"{kind} {number}")
-    return found
+    return frozenset(found)
 
 
 def dates(query: Prompt, cached: Prompt) -> GuardResult:
     tables = tables_for(query, cached)
-    left, right = named(query, tables), named(cached, tables)
+    left, right = query.read(named, tables), cached.read(named, tables)
     if left == right:
         return GuardResult("dates", True)
     return GuardResult("dates", False, f"{sorted(left)} vs {sorted(right)}")

@@ -27,7 +27,7 @@ def _content(word: str, tables: Tables) -> bool:
     )
 
 
-def roles(prompt: Prompt, tables: Tables) -> tuple[set[str], set[str]]:
+def roles(prompt: Prompt, tables: Tables) -> tuple[frozenset[str], frozenset[str]]:
     """The words something goes from, and the words it goes to."""
     words = prompt.words
     sources: set[str] = set()
@@ -50,14 +50,14 @@ def roles(prompt: Prompt, tables: Tables) -> tuple[set[str], set[str]]:
             after = nearest(range(position + 1, position + 1 + _REACH))
             if after:
                 sources.add(after)
-    return sources - targets, targets - sources
+    return frozenset(sources - targets), frozenset(targets - sources)
 
 
 def direction(query: Prompt, cached: Prompt) -> GuardResult:
     if query.han and cached.han:
         return GuardResult("direction", True)
     tables = tables_for(query, cached)
-    (from_left, to_left), (from_right, to_right) = roles(query, tables), roles(cached, tables)
+    (from_left, to_left), (from_right, to_right) = query.read(roles, tables), cached.read(roles, tables)
     there, back = from_left & to_right, to_left & from_right
     if there and back and there != back:
         return GuardResult("direction", False, f"{sorted(there)[0]!r} and {sorted(back)[0]!r} swap directions")

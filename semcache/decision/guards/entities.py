@@ -9,7 +9,7 @@ from .reading import STOPWORDS, GuardResult, Prompt, stem
 _NUMBER_WORDS = frozenset(en.NUMBERS) | frozenset(en.NUMBER_LIKE) | frozenset(en.ORDINALS)
 
 
-def named(text: Prompt) -> list[str]:
+def named(text: Prompt) -> tuple[str, ...]:
     """Names, acronyms and codes: capitalised words past the first, all-caps words, letter-digit mixes."""
     found = []
     for position, word in enumerate(text.cased):
@@ -21,14 +21,19 @@ def named(text: Prompt) -> list[str]:
         capitalised = position > 0 and word[:1].isupper() and not text.after_mark[position]
         if mixed or acronym or capitalised:
             found.append(lower)
-    return found
+    return tuple(found)
+
+
+def vocabulary(text: Prompt) -> tuple[frozenset[str], frozenset[str]]:
+    """The prompt's words, lower-cased, and their stems."""
+    words = frozenset(text.tokens)
+    return words, frozenset(stem(word) for word in words)
 
 
 def entities(query: Prompt, cached: Prompt) -> GuardResult:
     for mine, other in ((query, cached), (cached, query)):
-        vocabulary = set(other.tokens)
-        stems = {stem(word) for word in vocabulary}
-        missing = [e for e in named(mine) if e not in vocabulary and stem(e) not in stems]
+        words, stems = other.read(vocabulary)
+        missing = [e for e in mine.read(named) if e not in words and stem(e) not in stems]
         if missing:
             return GuardResult("entities", False, f"{missing[0]!r} only on one side")
     return GuardResult("entities", True)

@@ -26,13 +26,14 @@ _OPENING = "\"'([{“‘«"
 _CLOSING = "\"')]}”’».,;:?"
 
 
-def _literal_words(text: str) -> list[str]:
-    """The words of ``text`` that are code or math, as written: flags ("-R"), identifiers with
+def _literal_words(prompt: Prompt) -> tuple[str, ...]:
+    """The words of the prompt as sent that are code or math, as written: flags ("-R"), identifiers with
     marks ("os.path", "snake_case", "C++"), and math ("6!", "2³", "x^2", "-5"). A word that opens a
-    sentence has its first letter lower-cased, so that sentence case alone changes nothing."""
+    sentence has its first letter lower-cased, so that sentence case alone changes nothing. Sorted:
+    where they stand in the prose does not count."""
     found = []
     sentence_start = True
-    for word in text.split():
+    for word in prompt.original.split():
         core = word.lstrip(_OPENING).rstrip(_CLOSING)
         if core.endswith("!") and core[:-1][-1:].isalpha():
             core = core.rstrip("!")  # an exclamation, not a factorial
@@ -42,18 +43,18 @@ def _literal_words(text: str) -> list[str]:
             sentence_case = sentence_start and not core[1:2].isupper()  # "Node.js", not "LOAD_HU"
             found.append(core[0].lower() + core[1:] if sentence_case else core)
         sentence_start = word.rstrip("\"')]}”’»")[-1:] in (".", "?", "!", ":")
-    return found
+    return tuple(sorted(found))
 
 
-def _code_layout(text: str) -> list[str]:
+def _code_layout(prompt: Prompt) -> tuple[str, ...]:
     """Code whose every character counts: fenced blocks, and, in text with indented lines, every
     line that is not a question about it, with its indentation; then inline spans, in any order."""
-    blocks, prose = _fenced_blocks(text)
+    blocks, prose = _fenced_blocks(prompt.original)
     code = [line.rstrip() for block in blocks for line in block.splitlines() if line.strip()]
     lines = [line.rstrip() for line in prose.splitlines() if line.strip()]
     if len(lines) > 1 and any(line[:1] in (" ", "\t") for line in lines):
         code += [line for line in lines if not line.endswith("?")]
-    return code + sorted(_INLINE_CODE.findall(prose))
+    return tuple(code + sorted(_INLINE_CODE.findall(prose)))
 
 
 def _fenced_blocks(text: str) -> tuple[list[str], str]:
@@ -78,10 +79,9 @@ def literals(query: Prompt, cached: Prompt) -> GuardResult:
     """Code, flags, identifiers and math match exactly, or the candidate is vetoed; prose around
     them may differ. An embedding reads "ls -R" and "ls -r" alike, and two programs that differ only
     in indentation alike; their answers differ."""
-    left, right = _code_layout(query.original), _code_layout(cached.original)
-    if left != right:
+    if query.read(_code_layout) != cached.read(_code_layout):
         return GuardResult("literals", False, "the code differs")
-    words, other = sorted(_literal_words(query.original)), sorted(_literal_words(cached.original))
+    words, other = query.read(_literal_words), cached.read(_literal_words)
     if words != other:
         only = sorted(set(words) ^ set(other)) or words
         return GuardResult("literals", False, f"{only[0]!r} only on one side")

@@ -35,6 +35,6 @@ def negated(prompt: Prompt, words: frozenset[str], concord: bool) -> bool:
 
 def negation(query: Prompt, cached: Prompt) -> GuardResult:
     tables = tables_for(query, cached)
-    left = negated(query, tables.negations, tables.negative_concord)
-    right = negated(cached, tables.negations, tables.negative_concord)
+    left = query.read(negated, tables.negations, tables.negative_concord)
+    right = cached.read(negated, tables.negations, tables.negative_concord)
     return GuardResult("negation", left == right, "" if left == right else "negated on one side only")

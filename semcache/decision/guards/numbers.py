@@ -143,7 +143,7 @@ def _in_pronoun_phrase(words: list[str], at: int, tables: Tables) -> bool:
 
 def numbers(query: Prompt, cached: Prompt) -> GuardResult:
     tables = tables_for(query, cached)
-    left, right = values(query, tables), values(cached, tables)
+    left, right = query.read(values, tables), cached.read(values, tables)
     if left.against(right) == right.against(left):
         return GuardResult("numbers", True)
     return GuardResult("numbers", False, f"{sorted(left.found)} vs {sorted(right.found)}")

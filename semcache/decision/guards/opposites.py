@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from .languages import CHINESE
 from .reading import GuardResult, Prompt, tables_for
@@ -24,17 +26,24 @@ def _chinese_words(text: str) -> Counter[str]:
     return +found
 
 
+def _counted(prompt: Prompt) -> Mapping[str, int]:
+    """The prompt's words, and in Chinese text the table's words, counted."""
+    counted = Counter(prompt.words)
+    return MappingProxyType(counted + _chinese_words(prompt.raw) if prompt.han else counted)
+
+
 def antonyms(query: Prompt, cached: Prompt) -> GuardResult:
     tables = tables_for(query, cached)
-    left, right = Counter(query.words), Counter(cached.words)
+    left, right = query.read(_counted), cached.read(_counted)
     if query.han or cached.han:
-        left, right = left + _chinese_words(query.raw), right + _chinese_words(cached.raw)
         opposites = {**tables.opposites, **{w: frozenset(o) for w, o in _CHINESE.items()}}
     else:
         opposites = tables.opposites
-    only_left, only_right = left - right, right - left
+    # The words one side says more often than the other; the left side's in its order.
+    only_left = [word for word, count in left.items() if count > right.get(word, 0)]
+    only_right = {word for word, count in right.items() if count > left.get(word, 0)}
     for word in only_left:
-        opposite = opposites.get(word, frozenset()) & only_right.keys()
+        opposite = opposites.get(word, frozenset()) & only_right
         if opposite:
             return GuardResult("antonyms", False, f"{word!r} vs {sorted(opposite)[0]!r}")
     return GuardResult("antonyms", True)

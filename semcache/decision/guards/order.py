@@ -4,6 +4,9 @@ places around a verb of giving or moving: "男生送女生" vs "女生送男生"
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from . import chinese
 from .entities import named
 from .languages import en
@@ -14,11 +17,11 @@ _NEGATIONS = frozenset(en.NEGATIONS.split())
 
 def order(query: Prompt, cached: Prompt) -> GuardResult:
     """Swapped roles: two words shared by both sides appear in opposite order."""
-    left = _content_positions(query)
-    right = _content_positions(cached)
+    left = query.read(_content_positions)
+    right = cached.read(_content_positions)
     shared = [w for w in left if w in right]  # in the query's order
-    if set(left) != set(right):  # only names count: the other words may have moved with the wording
-        names = set(named(query)) | set(named(cached)) | _labels(left) | _labels(right)
+    if left.keys() != right.keys():  # only names count: the other words may have moved with the wording
+        names = set(query.read(named)) | set(cached.read(named)) | _labels(left) | _labels(right)
         shared = [w for w in shared if w in names]
     swapped = _first_swap([right[w] for w in shared])
     if swapped is None:
@@ -41,7 +44,7 @@ def _first_swap(positions: list[int]) -> tuple[int, int] | None:
     return None
 
 
-def _content_positions(text: Prompt) -> dict[str, int]:
+def _content_positions(text: Prompt) -> MappingProxyType[str, int]:
     """Where each content word stands, by its stem; a word that comes twice has no one place."""
     positions: dict[str, int] = {}
     counts: dict[str, int] = {}
@@ -54,7 +57,7 @@ def _content_positions(text: Prompt) -> dict[str, int]:
             word = stem(token)
         counts[word] = counts.get(word, 0) + 1
         positions.setdefault(word, position)
-    return {word: at for word, at in positions.items() if counts[word] == 1}
+    return MappingProxyType({word: at for word, at in positions.items() if counts[word] == 1})
 
 
 def _is_label(text: Prompt, position: int) -> bool:
@@ -66,7 +69,7 @@ def _is_label(text: Prompt, position: int) -> bool:
     )
 
 
-def _labels(positions: dict[str, int]) -> set[str]:
+def _labels(positions: Mapping[str, int]) -> set[str]:
     return {word for word in positions if " " in word}
 
 

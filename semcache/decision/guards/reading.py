@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, TypeVar
 
 from . import chinese, languages
 from .languages import Tables
 
+_T = TypeVar("_T")
 _TOKEN = re.compile(r"[^\W_]+(?:[.,'’][^\W_]+)*", re.UNICODE)
 _CONTRACTED_NOT = re.compile(r"n['’]t\b")
 _SENTENCE_MARK = re.compile(r"[.?!:]")
@@ -80,6 +83,20 @@ class Prompt:
     @cached_property
     def languages(self) -> frozenset[str]:
         return languages.detect(self.words)
+
+    def read(self, reader: Callable[..., _T], *args: Hashable) -> _T:
+        """``reader(self, *args)``, worked out once for this prompt: a stored prompt is a candidate
+        for query after query, and what a guard reads in it never changes. Every later caller gets
+        the same value, so no caller may change it: readers return frozen values."""
+        key = (reader, *args)
+        readings = self._readings
+        if key not in readings:
+            readings[key] = reader(self, *args)
+        return readings[key]
+
+    @cached_property
+    def _readings(self) -> dict[tuple[Any, ...], Any]:
+        return {}
 
 
 def tables_for(query: Prompt, cached: Prompt) -> Tables:

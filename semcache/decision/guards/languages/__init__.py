@@ -48,9 +48,10 @@ def _values(table: dict[str, float]) -> dict[str, float]:
     return {fold(word): value for word, value in table.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Tables:
-    """The words of one or more languages, folded, ready for the guards."""
+    """The words of one or more languages, folded, ready for the guards. Equal and hashed by
+    identity: ``tables()`` makes one per set of languages, and a prompt's readings are kept by it."""
 
     function_words: frozenset[str] = frozenset()
     negations: frozenset[str] = frozenset()
