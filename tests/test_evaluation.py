@@ -54,7 +54,7 @@ def test_look_alike_traps_are_rarely_served_and_hardly_ever_on_their_score_alone
     assert scores["positives"] == 0 and report["pairs"] >= 200
     # The stand-in verifier accepts about one look-alike in ten; the score alone must serve almost none.
     assert scores["accepted"] <= 0.12 * report["pairs"]
-    assert scores["accepted"] - verification["approved_wrong"] <= 4
+    assert scores["accepted"] - verification["approved_wrong"] <= 2
     assert verification["asked"] >= 0.4 * report["pairs"]  # most that pass the guards are put to the model
 
 

@@ -26,6 +26,8 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("Are cats afraid of tigers?", "Are tigers afraid of cats?", "order"),
         ("Can type A blood be given to type B?", "Can type B blood be given to type A?", "order"),
         ("Can someone with type A blood donate to type B?", "Can type B donors give to type A people?", "order"),
+        ("What causes vitamin D deficiency?", "What does vitamin D deficiency cause?", "order"),
+        ("Do viruses cause cancers?", "Does cancer cause a virus?", "order"),
         ("What is 2³?", "What is 23?", "numbers"),
         ("Can I return shoes after one week?", "Can I return shoes after two weeks?", "numbers"),
         ("Who was the first king of Spain?", "Who was the king of Spain?", "numbers"),
@@ -86,6 +88,8 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("Which one is better for pasta, olive oil or butter?", "Is olive oil or butter better for pasta?"),
         ("Can I return shoes after one week?", "Can I return shoes after 1 week?"),
         ("Why isnt my printer working?", "Why isn't my printer working?"),  # no apostrophe
+        ("What causes headaches?", "What are the causes of a headache?"),  # one stem for cause and causes
+        ("Do phones cause headaches?", "Can a phone cause a headache?"),
         ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8 am?"),
         ("What does this print?\n" + LOOP, "What is the output?\n" + LOOP),  # the question around code
     ],

@@ -105,7 +105,15 @@ def tables_for(query: Prompt, cached: Prompt) -> Tables:
 
 
 def stem(word: str) -> str:
-    for suffix in ("ies", "es", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
+    """One form for a word's singular and plural, compared only with other stems: "causes" and
+    "cause" are both "caus", "glasses" and "glass" both "glass". A final "e" goes, since a plural's
+    "es" may be its own ("boxes") or the word's ("phones")."""
+    if len(word) > 5 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 4 and word.endswith("es"):
+        base = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        base = word[:-1]
+    else:
+        base = word
+    return base[:-1] if len(base) > 3 and base.endswith("e") else base
