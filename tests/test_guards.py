@@ -91,6 +91,8 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("What causes headaches?", "What are the causes of a headache?"),  # one stem for cause and causes
         ("Do phones cause headaches?", "Can a phone cause a headache?"),
         ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8 am?"),
+        ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8am?"),  # a time, not a name
+        ("Should I take 100mg of ibuprofen?", "Should I take 100 mg of ibuprofen?"),
         ("What does this print?\n" + LOOP, "What is the output?\n" + LOOP),  # the question around code
     ],
 )

@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 from .languages import en
-from .reading import STOPWORDS, GuardResult, Prompt, stem
+from .numbers import quantity
+from .reading import STOPWORDS, GuardResult, Prompt, stem, tables_for
 
 _NUMBER_WORDS = frozenset(en.NUMBERS) | frozenset(en.NUMBER_LIKE) | frozenset(en.ORDINALS)
 
 
 def named(text: Prompt) -> tuple[str, ...]:
-    """Names, acronyms and codes: capitalised words past the first, all-caps words, letter-digit mixes."""
+    """Names, acronyms and codes: capitalised words past the first, all-caps words, letter-digit mixes.
+    A number with its unit or ordinal attached ("8am", "100mg", "2nd") is the ``numbers`` guard's."""
     found = []
+    tables = tables_for(text, text)
     for position, word in enumerate(text.cased):
         lower = word.lower()
         if lower in STOPWORDS or lower in _NUMBER_WORDS:
             continue
-        mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+        mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word) and not quantity(lower, tables)
         acronym = len(word) >= 2 and word.isupper()
         capitalised = position > 0 and word[:1].isupper() and not text.after_mark[position]
         if mixed or acronym or capitalised:

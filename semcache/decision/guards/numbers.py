@@ -47,6 +47,12 @@ def number(digits: str) -> str:
     return ascii_digits.lstrip("0") or "0"
 
 
+def quantity(word: str, tables: Tables) -> bool:
+    """Whether a lower-cased word is digits with a unit or an ordinal suffix attached ("8am", "2nd")."""
+    attached = _WITH_SUFFIX.fullmatch(word)
+    return attached is not None and (attached[2] in tables.units or attached[2] in tables.ordinal_suffixes)
+
+
 def spelled(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
