@@ -237,17 +237,19 @@ def test_a_number_of_thousands_of_digits_is_compared_as_written() -> None:
     assert not verdicts(f"Is {digits} prime?", f"Is {digits[:-1]}8 prime?")["numbers"]
 
 
-def test_a_stored_prompt_read_before_gives_the_same_verdicts_and_long_ones_are_not_kept() -> None:
-    """The cached side's reading is kept between checks (it is the same stored prompt again and
-    again); a reading kept gives the verdicts a fresh one gives, whatever the query."""
+def test_a_prompt_read_before_gives_the_same_verdicts_and_long_ones_are_not_kept() -> None:
+    """Readings are kept between checks (a stored prompt is checked again and again, a query against
+    each of its candidates); a reading kept gives the verdicts a fresh one gives, on either side."""
     stored = "How many calories are in 100g of rice?"
     queries = ["How many calories are in 200g of rice?", "How many calories in 100 g of rice?", "Wie viele Kalorien?"]
     fresh = [[r.passed for r in guards.check(query, stored, guards.GUARD_NAMES)] for query in queries]
     kept = [[r.passed for r in guards.check(query, stored, guards.GUARD_NAMES)] for query in queries]
     assert fresh == kept and fresh[0] != fresh[1]
-    assert guards._cached_reading(stored) is guards._cached_reading(stored)
+    swapped = [[r.passed for r in guards.check(stored, query, guards.GUARD_NAMES)] for query in queries]
+    assert swapped == fresh  # each query's kept reading, now on the stored side
+    assert guards._kept_or_read(stored) is guards._kept_or_read(stored)
     long = "Why? " * 300
-    assert guards._cached_reading(long) is not guards._cached_reading(long)
+    assert guards._kept_or_read(long) is not guards._kept_or_read(long)
 
 
 def test_a_kept_reading_of_a_stored_prompt_is_by_the_languages_it_is_read_in() -> None:

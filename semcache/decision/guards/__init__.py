@@ -74,18 +74,19 @@ def doubting(enabled: Iterable[str]) -> tuple[str, ...]:
 
 def check(query: str, cached: str, enabled: Iterable[str]) -> list[GuardResult]:
     """Run the enabled guards; a candidate may be served only if every result passed."""
-    left, right = Prompt.of(query), _cached_reading(cached)
+    left, right = _kept_or_read(query), _kept_or_read(cached)
     return [_GUARDS[name](left, right) for name in enabled]
 
 
-# A stored prompt is a candidate again and again, and reading it is a share of every check: short
-# ones are kept, a bounded number of them, with what each guard read in them (``Prompt.read``; a
-# reading never changes). Queries are read anew.
+# A stored prompt is a candidate again and again, and a query is checked against each of its
+# candidates (then, after a miss, stored): reading them is a share of every check. Short ones are
+# kept, a bounded number of them, with what each guard read in them (``Prompt.read``; a reading
+# never changes).
 _KEPT_READINGS = 1024
 _KEPT_READING_CHARS = 1_000
 
 
-def _cached_reading(text: str) -> Prompt:
+def _kept_or_read(text: str) -> Prompt:
     return _kept_reading(text) if len(text) <= _KEPT_READING_CHARS else Prompt.of(text)
 
 
