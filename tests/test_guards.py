@@ -27,7 +27,7 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("Can type A blood be given to type B?", "Can type B blood be given to type A?", "order"),
         ("Can someone with type A blood donate to type B?", "Can type B donors give to type A people?", "order"),
         ("What causes vitamin D deficiency?", "What does vitamin D deficiency cause?", "order"),
-        ("Do viruses cause cancers?", "Does cancer cause a virus?", "order"),
+        ("Do tumors cause headaches?", "Does a headache cause tumors?", "order"),
         ("What is 2³?", "What is 23?", "numbers"),
         ("Can I return shoes after one week?", "Can I return shoes after two weeks?", "numbers"),
         ("Who was the first king of Spain?", "Who was the king of Spain?", "numbers"),

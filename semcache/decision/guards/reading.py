@@ -106,8 +106,9 @@ def tables_for(query: Prompt, cached: Prompt) -> Tables:
 
 def stem(word: str) -> str:
     """One form for a word's singular and plural, compared only with other stems: "causes" and
-    "cause" are both "caus", "glasses" and "glass" both "glass". A final "e" goes, since a plural's
-    "es" may be its own ("boxes") or the word's ("phones")."""
+    "cause" are both "caus", "headaches" and "headache" both "headach", "glasses" and "glass" both
+    "glass". A final "e" goes, since a plural's "es" may be its own ("boxes") or the word's
+    ("phones"); so "dane" and "dan" meet too, a price paid for every "-e" word's plural."""
     if len(word) > 5 and word.endswith("ies"):
         return word[:-3] + "y"
     if len(word) > 4 and word.endswith("es"):
