@@ -22,6 +22,7 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("What are the worst dating sites?", "What are the best dating sites?", "antonyms"),
         ("Where can I buy Guinness in the UK?", "Where can I buy Guinness in the US?", "entities"),
         ("Are towns in Idaho nice for hikers?", "Are towns in Montana nice for hikers?", "entities"),
+        ("Where does Dane live now?", "Where does Dan live now?", "entities"),
         ("What does LeBron James think of Kobe Bryant?", "What does Kobe Bryant think of LeBron James?", "order"),
         ("Are cats afraid of tigers?", "Are tigers afraid of cats?", "order"),
         ("Can type A blood be given to type B?", "Can type B blood be given to type A?", "order"),
@@ -93,6 +94,7 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8 am?"),
         ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8am?"),  # a time, not a name
         ("Should I take 100mg of ibuprofen?", "Should I take 100 mg of ibuprofen?"),
+        ("Are Toyotas reliable cars?", "Is a Toyota a reliable car?"),
         ("What does this print?\n" + LOOP, "What is the output?\n" + LOOP),  # the question around code
     ],
 )

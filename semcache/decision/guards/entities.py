@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .languages import en
 from .numbers import quantity
-from .reading import STOPWORDS, GuardResult, Prompt, stem, tables_for
+from .reading import STOPWORDS, GuardResult, Prompt, tables_for
 
 _NUMBER_WORDS = frozenset(en.NUMBERS) | frozenset(en.NUMBER_LIKE) | frozenset(en.ORDINALS)
 
@@ -27,16 +27,21 @@ def named(text: Prompt) -> tuple[str, ...]:
     return tuple(found)
 
 
-def vocabulary(text: Prompt) -> tuple[frozenset[str], frozenset[str]]:
-    """The prompt's words, lower-cased, and their stems."""
-    words = frozenset(text.tokens)
-    return words, frozenset(stem(word) for word in words)
+def vocabulary(text: Prompt) -> frozenset[str]:
+    """The prompt's words, lower-cased."""
+    return frozenset(text.tokens)
+
+
+def _forms(name: str) -> frozenset[str]:
+    """A name and its plural or singular ("Toyota", "Toyotas"): not the shared stem, which would
+    make "Dane" and "Dan" one name."""
+    return frozenset((name, name + "s", name + "es", name.removesuffix("s"), name.removesuffix("es")))
 
 
 def entities(query: Prompt, cached: Prompt) -> GuardResult:
     for mine, other in ((query, cached), (cached, query)):
-        words, stems = other.read(vocabulary)
-        missing = [e for e in mine.read(named) if e not in words and stem(e) not in stems]
+        words = other.read(vocabulary)
+        missing = [e for e in mine.read(named) if not _forms(e) & words]
         if missing:
             return GuardResult("entities", False, f"{missing[0]!r} only on one side")
     return GuardResult("entities", True)
