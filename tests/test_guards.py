@@ -23,6 +23,11 @@ def verdicts(query: str, cached: str) -> dict[str, bool]:
         ("Where can I buy Guinness in the UK?", "Where can I buy Guinness in the US?", "entities"),
         ("Are towns in Idaho nice for hikers?", "Are towns in Montana nice for hikers?", "entities"),
         ("Where does Dane live now?", "Where does Dan live now?", "entities"),
+        ("Is it hard to learn CSS?", "Is it hard to learn CS?", "entities"),  # a short name as it is
+        ("Which is the 2nd largest city in Spain?", "Which are the 2 largest cities in Spain?", "entities"),
+        ("¿Vale la pena comprar el Pixel 7a?", "¿Vale la pena comprar el Pixel 7?", "entities"),
+        ("Did Kobe ever beat LeBron in a playoff series?", "Has LeBron ever beaten Kobe in the playoffs?", "order"),
+        ("Did Apple buy shares of Google?", "Has Google bought shares in Apple?", "order"),
         ("What does LeBron James think of Kobe Bryant?", "What does Kobe Bryant think of LeBron James?", "order"),
         ("Are cats afraid of tigers?", "Are tigers afraid of cats?", "order"),
         ("Can type A blood be given to type B?", "Can type B blood be given to type A?", "order"),
@@ -95,6 +100,7 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8am?"),  # a time, not a name
         ("Should I take 100mg of ibuprofen?", "Should I take 100 mg of ibuprofen?"),
         ("Are Toyotas reliable cars?", "Is a Toyota a reliable car?"),
+        ("Is hiking in the Rockies safe in winter?", "Is hiking in the Rocky mountains safe in winter?"),
         ("What does this print?\n" + LOOP, "What is the output?\n" + LOOP),  # the question around code
     ],
 )

@@ -12,7 +12,7 @@ _NUMBER_WORDS = frozenset(en.NUMBERS) | frozenset(en.NUMBER_LIKE) | frozenset(en
 
 def named(text: Prompt) -> tuple[str, ...]:
     """Names, acronyms and codes: capitalised words past the first, all-caps words, letter-digit mixes.
-    A number with its unit or ordinal attached ("8am", "100mg", "2nd") is the ``numbers`` guard's."""
+    A number with its unit attached ("8am", "100mg") is the ``numbers`` guard's."""
     found = []
     tables = tables_for(text, text)
     for position, word in enumerate(text.cased):
@@ -33,9 +33,19 @@ def vocabulary(text: Prompt) -> frozenset[str]:
 
 
 def _forms(name: str) -> frozenset[str]:
-    """A name and its plural or singular ("Toyota", "Toyotas"): not the shared stem, which would
-    make "Dane" and "Dan" one name."""
-    return frozenset((name, name + "s", name + "es", name.removesuffix("s"), name.removesuffix("es")))
+    """A name and its plural or singular ("Toyota", "Toyotas", "Rockies", "Rocky"): not the shared
+    stem, which would make "Dane" and "Dan" one name. A short one only as it is: "CSS" is not "CS"."""
+    if len(name) <= _SHORT_NAME:
+        return frozenset((name,))
+    forms = {name, name + "s", name + "es", name.removesuffix("s"), name.removesuffix("es")}
+    if name.endswith("ies"):
+        forms.add(name[:-3] + "y")
+    elif name.endswith("y"):
+        forms.add(name[:-1] + "ies")
+    return frozenset(forms)
+
+
+_SHORT_NAME = 3
 
 
 def entities(query: Prompt, cached: Prompt) -> GuardResult:

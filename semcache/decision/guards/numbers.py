@@ -48,9 +48,10 @@ def number(digits: str) -> str:
 
 
 def quantity(word: str, tables: Tables) -> bool:
-    """Whether a lower-cased word is digits with a unit or an ordinal suffix attached ("8am", "2nd")."""
+    """Whether a lower-cased word is digits with a unit attached ("8am", "100mg"). Not with an
+    ordinal suffix: this guard reads "2nd" as 2, and "4o" or "7a" may be a model's name."""
     attached = _WITH_SUFFIX.fullmatch(word)
-    return attached is not None and (attached[2] in tables.units or attached[2] in tables.ordinal_suffixes)
+    return attached is not None and attached[2] in tables.units
 
 
 def spelled(value: float) -> str:

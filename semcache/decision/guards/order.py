@@ -21,7 +21,7 @@ def order(query: Prompt, cached: Prompt) -> GuardResult:
     right = cached.read(_content_positions)
     shared = [w for w in left if w in right]  # in the query's order
     if left.keys() != right.keys():  # only names count: the other words may have moved with the wording
-        names = set(query.read(named)) | set(cached.read(named)) | _labels(left) | _labels(right)
+        names = {stem(name) for name in (*query.read(named), *cached.read(named))} | _labels(left) | _labels(right)
         shared = [w for w in shared if w in names]
     swapped = _first_swap([right[w] for w in shared])
     if swapped is None:
