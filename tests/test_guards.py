@@ -98,6 +98,7 @@ def test_a_guard_vetoes_each_kind_of_wrong_match(query: str, cached: str, guard:
         ("Do phones cause headaches?", "Can a phone cause a headache?"),
         ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8 am?"),
         ("Is the pharmacy open at 8 a.m.?", "Is the pharmacy open at 8am?"),  # a time, not a name
+        ("Is the pharmacy open at 8pm?", "Is the pharmacy open at 8 PM?"),
         ("Should I take 100mg of ibuprofen?", "Should I take 100 mg of ibuprofen?"),
         ("Are Toyotas reliable cars?", "Is a Toyota a reliable car?"),
         ("Is hiking in the Rockies safe in winter?", "Is hiking in the Rocky mountains safe in winter?"),

@@ -12,12 +12,14 @@ _NUMBER_WORDS = frozenset(en.NUMBERS) | frozenset(en.NUMBER_LIKE) | frozenset(en
 
 def named(text: Prompt) -> tuple[str, ...]:
     """Names, acronyms and codes: capitalised words past the first, all-caps words, letter-digit mixes.
-    A number with its unit attached ("8am", "100mg") is the ``numbers`` guard's."""
+    A number's unit, attached or after it ("8am", "100mg", "8 PM"), is the ``numbers`` guard's."""
     found = []
     tables = tables_for(text, text)
     for position, word in enumerate(text.cased):
         lower = word.lower()
         if lower in STOPWORDS or lower in _NUMBER_WORDS:
+            continue
+        if position > 0 and text.cased[position - 1].isdigit() and lower in tables.units:
             continue
         mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word) and not quantity(lower, tables)
         acronym = len(word) >= 2 and word.isupper()
