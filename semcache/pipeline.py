@@ -726,11 +726,20 @@ class Pipeline:
         return True
 
     async def _store(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None = None) -> None:
+        """Store and index the answer, then set its label's judging going.
+
+        The judging starts after the write because its embedding competes with the write for the
+        CPU, and the response waits for the write but not for the judging."""
+        try:
+            await self._store_answer(lookup, answer, tool_calls)
+        finally:
+            if tool_calls is None:
+                self._label_probe(lookup, answer)
+
+    async def _store_answer(self, lookup: Lookup, answer: str, tool_calls: list[dict[str, Any]] | None) -> None:
         """Store and index the answer as one job that a client going away cannot cut in half.
 
         A failure to store is logged, not passed on: the client still gets its answer."""
-        if tool_calls is None:
-            self._label_probe(lookup, answer)
         if lookup.answer_key is None or not lookup.controls.store:
             return
         job = asyncio.ensure_future(self._store_and_index(lookup, answer, tool_calls))

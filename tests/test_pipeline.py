@@ -186,3 +186,50 @@ async def test_a_semantic_hit_reported_wrong_is_never_served_to_that_query_again
     served = await pipeline.hit_response(lookup)
     await pipeline.feedback(served["id"], "default", correct=False)
     assert await ask(pipeline, rewording) == (None, upstream.answers[rewording])
+
+
+class StoreWatchingJudge:
+    """A judge that notes, each time it is shown an answer, which prompts the store holds."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+        self.stored_when_observed: list[list[str]] = []
+
+    async def observe(self, namespace: str, model: str, vector: Any, answer: str) -> None:
+        self.stored_when_observed.append([prompt for _, _, prompt in await self.store.prompts()])
+
+    async def same_answer(self, case: Any) -> bool | None:
+        return None
+
+    def wants_reasked(self, namespace: str, model: str) -> bool:
+        return False
+
+    def knows_same_answers(self, namespace: str, model: str) -> bool:
+        return False
+
+    async def observe_reasked(self, namespace: str, model: str, first: str, second: str) -> None:
+        pass
+
+
+async def test_a_misses_answer_is_judged_only_after_it_is_stored(tmp_path: Path, upstream: DictionaryUpstream) -> None:
+    # The judging embeds the answer: run beside the write, it slows down the write the client waits for.
+    store = SQLiteStore(tmp_path / "learning.sqlite3")
+    await store.open()
+    embedder = HashingEmbedder()
+    judge = StoreWatchingJudge(store)
+    learning = Pipeline(
+        store=store, index=ScopedVectorIndex(embedder.dimension), embedder=BatchingEmbedder(embedder),
+        upstream=upstream, templates=LiveTemplates(TemplateTier([], 1.0)),
+        tokens=TokenCounter(tmp_path / "tiktoken"),
+        policies=NamespacePolicies(QualityPolicy(threshold=0.9, guards=("numbers",), learn=True)),
+        default_ttl_s=3600, max_temperature=1.0, judge=judge,  # type: ignore[arg-type]
+    )  # fmt: skip
+    try:
+        question = "What is the capital of France?"
+        assert await ask(learning, question) == (None, "Paris.")
+        await learning.labels_settled()
+        assert judge.stored_when_observed == [[question]]
+    finally:
+        learning.semantic.close()
+        await learning.embedder.close()
+        await store.close()
