@@ -8,6 +8,7 @@ from .numbers import quantity
 from .reading import STOPWORDS, GuardResult, Prompt, tables_for
 
 _NUMBER_WORDS = frozenset(en.NUMBERS) | frozenset(en.NUMBER_LIKE) | frozenset(en.ORDINALS)
+_SHORT_NAME = 3  # letters: a name this short is matched only as it is
 
 
 def named(text: Prompt) -> tuple[str, ...]:
@@ -45,9 +46,6 @@ def _forms(name: str) -> frozenset[str]:
     elif name.endswith("y"):
         forms.add(name[:-1] + "ies")
     return frozenset(forms)
-
-
-_SHORT_NAME = 3
 
 
 def entities(query: Prompt, cached: Prompt) -> GuardResult:
