@@ -129,11 +129,30 @@ class UpstreamUnavailable(UpstreamError):
     code = "upstream_unavailable"
 
 
-class UpstreamAnswerTooLarge(UpstreamError):
-    """The upstream's answer is larger than semcache relays. It answered: a retry would only fetch
-    another answer as large, and the upstream is not unwell for it."""
+class UnusableAnswer(UpstreamError):
+    """The upstream answered, with an answer semcache does not relay: a retry would only fetch
+    another like it, and the upstream is not unwell for it (the circuit breaker does not count it)."""
+
+
+class UpstreamAnswerTooLarge(UnusableAnswer):
+    """The upstream's answer is larger than semcache relays."""
 
     code = "upstream_response_too_large"
+
+
+class UpstreamQuotedCredential(UnusableAnswer):
+    """The upstream's answer holds the API key the client sent it. Taking the key out would let a
+    client choose a text to cut from an answer that others are then served, or share with it; the
+    answer is neither relayed nor cached."""
+
+    code = "upstream_quoted_credential"
+
+
+class UpstreamUnexpectedStatus(UnusableAnswer):
+    """A success status other than 200 (206 Partial Content, 203 from a proxy that changed the
+    answer): not a whole answer as the upstream's API gives one, so it is neither relayed nor cached."""
+
+    code = "upstream_unexpected_status"
 
 
 class UpstreamStatusError(UpstreamError):

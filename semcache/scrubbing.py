@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Iterable
 from functools import cached_property
 from typing import Any
 
+from .errors import UpstreamQuotedCredential
 from .logs import REDACTED
 
 MIN_SECRET_CHARS = 8
@@ -35,6 +36,10 @@ MIN_SECRET_CHARS = 8
 MIN_CLIENT_KEY_CHARS = 20
 _CREDENTIAL_LIKE = re.compile(r"(?=.*[A-Za-z])(?=.*[0-9])[\x21-\x7e]+")
 _REMEMBERED_CLIENT_KEYS = 1024
+_QUOTED_CREDENTIAL = (
+    "the upstream's answer quoted the API key this request was sent with; semcache neither relays nor caches such "
+    "an answer"
+)
 _REDACTED_BYTES = REDACTED.encode()
 # The short escapes JSON has; any character may also be written \uXXXX.
 _SHORT_ESCAPES = {'"': b'\\"', "\\": b"\\\\", "/": b"\\/", "\b": b"\\b", "\f": b"\\f", "\n": b"\\n", "\r": b"\\r",
@@ -51,25 +56,32 @@ _RESPONSE_FINAL_EVENTS = frozenset(("response.completed", "response.incomplete",
 class SecretScrubber:
     """Replaces configured secrets with ``[redacted]`` in what an upstream answers."""
 
-    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
-        kept = {secret for secret in secrets if secret and len(secret) >= MIN_SECRET_CHARS}
+    def __init__(self, secrets: Iterable[str | None] = (), refused: Iterable[str] = ()) -> None:
+        kept = {secret for secret in (*secrets, *refused) if secret and len(secret) >= MIN_SECRET_CHARS}
         self.secrets: tuple[str, ...] = tuple(sorted(kept, key=len, reverse=True))  # longest first
+        # Secrets whose presence fails the answer (``UpstreamQuotedCredential``) instead of being replaced.
+        self.refused = frozenset(secret for secret in refused if secret in kept)
         self._secret_bytes = tuple(secret.encode() for secret in self.secrets)
-        self._for_client_key: dict[str, SecretScrubber] = {}
+        self._for_client_key: dict[tuple[str, bool], SecretScrubber] = {}
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
 
-    def with_client_key(self, key: str | None) -> SecretScrubber:
+    def with_client_key(self, key: str | None, *, refuse: bool = False) -> SecretScrubber:
         """This scrubber, plus the client's own key when that is what goes upstream and it looks
-        like a credential: an upstream that echoes it must not hand it to whoever is served next."""
+        like a credential: an upstream that echoes it must not hand it to whoever is served next.
+
+        ``refuse``: an answer that holds the key fails instead of having it replaced. An answer that
+        is cached or shared must: the client chooses its key, and so what would be cut from an
+        answer that others are served. What is relayed to that client alone may have it replaced."""
         if key is None or key in self.secrets or len(key) < MIN_CLIENT_KEY_CHARS or not _CREDENTIAL_LIKE.fullmatch(key):
             return self
-        scrubber = self._for_client_key.get(key)
+        scrubber = self._for_client_key.get((key, refuse))
         if scrubber is None:
             if len(self._for_client_key) >= _REMEMBERED_CLIENT_KEYS:
                 self._for_client_key.clear()
-            scrubber = self._for_client_key[key] = SecretScrubber([*self.secrets, key])
+            scrubber = SecretScrubber([*self.secrets, key]) if not refuse else SecretScrubber(self.secrets, [key])
+            self._for_client_key[(key, refuse)] = scrubber
         return scrubber
 
     # -- whole texts and values -------------------------------------------------------------------
@@ -77,6 +89,8 @@ class SecretScrubber:
     def text(self, text: str) -> str:
         for secret in self.secrets:
             if secret in text:
+                if secret in self.refused:
+                    raise UpstreamQuotedCredential(_QUOTED_CREDENTIAL)
                 text = text.replace(secret, REDACTED)
         return text
 
@@ -102,6 +116,8 @@ class SecretScrubber:
     def scrub_bytes(self, data: bytes, text: bool = True) -> bytes:
         """``data`` with every secret replaced: in ``text`` (JSON, an event stream) also any
         spelling of it that JSON escapes make; in other bytes (audio, images) as it is."""
+        if self.refused and any(SecretScrubber([secret]).may_hold(data) for secret in self.refused):
+            raise UpstreamQuotedCredential(_QUOTED_CREDENTIAL)
         if text and self._may_be_escaped(data):
             return self._spelled.sub(_REDACTED_BYTES, data)
         for secret in self._secret_bytes:

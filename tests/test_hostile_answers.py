@@ -6,6 +6,8 @@ network writes, behind JSON escapes, in other fields, in tool calls, in model li
 bodies of pass-through routes. Each answer still arrives, the key replaced by ``[redacted]``; what
 semcache stores is scrubbed too, so a hit for another client carries no key either; and while the
 largest of these answers are relayed, ``/healthz`` and an exact hit for another client stay fast.
+Where the client's own key is what goes upstream, an answer that quotes it, and that could be cached
+or shared, fails instead: the client chose that key, and with it what would be cut out.
 """
 
 from __future__ import annotations
@@ -273,18 +275,34 @@ def test_pass_through_audio_has_the_key_taken_out_of_its_bytes(service: Semcache
 # -- the client's own key, when it is what goes upstream --------------------------------------
 
 
+def quoted_credential_error(response: httpx.Response, stream: bool) -> dict[str, Any]:
+    """The error of an answer semcache refused because it quoted the client's key: the response's
+    own (a 502) or, for a stream whose first events went out before the key showed, its last event."""
+    if stream and response.status_code == 200:
+        last = events_of(response)[-1]
+        assert "[DONE]" not in response.text
+        return dict(last["error"])
+    assert response.status_code == 502, response.text
+    return dict(response.json()["error"])
+
+
 @pytest.mark.parametrize("mode", ["stream", "json"])
-def test_a_clients_own_key_is_neither_echoed_nor_served_to_another(
+def test_an_answer_that_quotes_the_clients_own_key_is_neither_relayed_nor_cached(
     open_service: SemcacheProcess, namespace: str, mode: str
 ) -> None:
+    """Taking the client's own key out of an answer that others are then served would let a client
+    choose what is cut from it (its "key" a URL the answer holds): such an answer fails instead,
+    and nothing is stored or shared, so the next client's request goes upstream itself."""
+    stream = mode == "stream"
     body = {"model": "m", "messages": [{"role": "user", "content": "Whose key, shape:split-events"}],
-            "stream": mode == "stream"}  # fmt: skip
+            "stream": stream}  # fmt: skip
     first = post(open_service, "/v1/chat/completions", body, namespace, CLIENT_KEY)
     second = post(open_service, "/v1/chat/completions", body, namespace, OTHER_CLIENT_KEY)
-    for response in (first, second):
-        assert_no_key(response.content, CLIENT_KEY)
-        assert chat_text(response, mode == "stream") == scrubbed_text()
-    assert (first.headers["x-semcache"], second.headers["x-semcache"]) == ("miss", "hit")
+    for response, key in ((first, CLIENT_KEY), (second, OTHER_CLIENT_KEY)):
+        assert_no_key(response.content, key)
+        assert quoted_credential_error(response, stream)["code"] == "upstream_quoted_credential"
+        assert response.headers["x-semcache"] == "miss"  # the echo upstream quotes each one's own key
+    # Relayed to this client alone and never cached (embeddings cached off): the key is taken out.
     embedding = post(open_service, "/v1/embeddings", {"model": "e", "input": "shape:escaped"}, namespace)
     assert embedding.status_code == 200 and embedding.headers["x-semcache"] == "bypass"
     assert_no_key(embedding.content, CLIENT_KEY)

@@ -505,6 +505,76 @@ def test_index_less_choices_odd_content_and_refusals_are_not_cached() -> None:
     assert _clean_answer({"choices": [{"index": 0, "message": refused, "finish_reason": "stop"}]}, 1000) is None
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("status", [206, 203])
+def test_an_answer_with_a_success_status_other_than_200_is_neither_relayed_nor_cached(
+    service: SemcacheProcess, standin: StandinUpstream, namespace: str, mode: str, status: int
+) -> None:
+    """A 206 is part of an answer and a 203 one a proxy changed: a 502 that says so, never a 200
+    passed on as if whole, never stored, and never retried (another try would get the same)."""
+    standin.set_fault(answer_status=status)
+    prompt = f"Is an HTTP {status} a whole answer?"
+    for _ in range(2):
+        response, _ = raw_chat(service, prompt, mode, namespace)
+        assert response.status_code == 502 and response.headers["x-semcache"] == "miss"
+        assert response.json()["error"]["code"] == "upstream_unexpected_status"
+        assert f"HTTP {status}" in response.json()["error"]["message"]
+    assert standin.chat_calls() == 2
+    standin.set_fault()  # the same prompt answered with a 200 is stored, and served
+    assert [raw_chat(service, prompt, mode, namespace)[0].headers["x-semcache"] for _ in range(2)] == ["miss", "hit"]
+
+
+def test_an_answer_with_an_error_beside_its_choices_is_relayed_but_not_cached(
+    sdk: openai.OpenAI, standin: StandinUpstream
+) -> None:
+    standin.set_fault(error_beside_answer=True)
+    prompt = "Did the model finish?"
+    assert [ask(sdk, prompt, "json") for _ in range(2)] == [(f"Answer to: {prompt}", "miss")] * 2
+    assert standin.chat_calls() == 2
+    assert _clean_answer({"choices": [{"index": 0, "message": {"content": "Hi"}, "finish_reason": "stop"}],
+                          "error": {"message": "failed part-way"}}, 1000) is None  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def open_service(
+    tmp_path_factory: pytest.TempPathFactory, standin_server: StandinUpstream, embedding_exports: Path
+) -> Iterator[SemcacheProcess]:
+    """``semcache serve`` with no upstream key: each client's own key goes upstream (the quick start)."""
+    work = tmp_path_factory.mktemp("hostile-open")
+    with SemcacheProcess(data_dir=work / "data", upstream_url=standin_server.base_url,
+                         env={"SEMCACHE_LOG_LEVEL": "warning"}, log_path=work / "semcache.log") as process:  # fmt: skip
+        yield process
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_client_cannot_choose_a_key_that_cuts_a_piece_out_of_an_answer_others_are_served(
+    open_service: SemcacheProcess, standin: StandinUpstream, namespace: str, mode: str
+) -> None:
+    """Its key is what went upstream, and an answer that quotes it is never relayed with the key
+    taken out, nor cached: else a client whose "key" is a URL the answer holds would have the
+    URL cut out of the answer everyone after it is served."""
+    url = "https://download.example.org/whl/cu121"
+    prompt = f"Which index serves the CUDA 12.1 wheels? {url}"
+
+    def chat(key: str) -> tuple[httpx.Response, list[dict[str, Any]]]:
+        return raw_chat(open_service, prompt, mode, namespace, Authorization=f"Bearer {key}")
+
+    planted, events = chat(url)
+    if planted.status_code == 200:  # a stream whose first events went out: it ends on the error, no [DONE]
+        assert mode == "stream" and "[DONE]" not in planted.text
+        error = events[-1]["error"]
+    else:
+        assert planted.status_code == 502
+        error = planted.json()["error"]
+    assert error["code"] == "upstream_quoted_credential"
+    assert url not in answer_text(planted, events, mode) if events else url not in planted.text
+    victim, again = chat("sk-victims-own-key-0123456789"), chat("sk-victims-own-key-0123456789")
+    assert [victim[0].headers["x-semcache"], again[0].headers["x-semcache"]] == ["miss", "hit"]
+    for response, events in (victim, again):
+        assert answer_text(response, events, mode) == f"Answer to: {prompt}"
+    assert standin.chat_calls() == 2  # the refused answer was not retried
+
+
 # -- finding 7: X-Semcache-TTL -----------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from semcache.errors import UpstreamQuotedCredential
 from semcache.scrubbing import SecretScrubber
 
 KEY = "key-0123456789abcdef"
@@ -46,6 +47,26 @@ def test_short_secrets_and_word_like_client_keys_are_left_alone() -> None:
     assert scrubber.with_client_key("a-common-phrase-in-text") is scrubber  # no digits: not a credential
     assert scrubber.with_client_key("abc123") is scrubber  # too short
     assert scrubber.with_client_key(KEY + "XYZ").text(f"x {KEY}XYZ") == f"x {REDACTED}"
+
+
+def test_a_client_key_that_is_refused_fails_the_answer_wherever_it_is_and_the_rest_are_replaced() -> None:
+    """An answer that may be cached or shared must not have the client's key cut out: the client
+    chose it. Refused, it fails the answer: whole, in an object's key, split across stream events."""
+    client_key = "client-key-0123456789abcdef"
+    refusing = SecretScrubber([KEY]).with_client_key(client_key, refuse=True)
+    assert refusing.text(f"the operator's {KEY}") == f"the operator's {REDACTED}"
+    for quoting in (lambda: refusing.text(f"yours: {client_key}"), lambda: refusing.value({client_key: 1}),
+                    lambda: refusing.value({"a": [f"x{client_key}y"]})):  # fmt: skip
+        with pytest.raises(UpstreamQuotedCredential):
+            quoting()
+    events = refusing.events()
+    sent = events.feed({"choices": [{"index": 0, "delta": {"content": "yours: " + client_key[:9]}}]})
+    assert "".join(e["choices"][0]["delta"]["content"] for e in sent) == "yours: "  # the rest held back
+    with pytest.raises(UpstreamQuotedCredential):
+        events.feed({"choices": [{"index": 0, "delta": {"content": client_key[9:]}}]})
+    assert refusing.may_hold(json.dumps({"a": client_key}).encode())
+    # Relayed to the client alone (never cached), its key is taken out as any secret is.
+    assert SecretScrubber([KEY]).with_client_key(client_key).text(f"yours: {client_key}") == f"yours: {REDACTED}"
 
 
 def test_a_responses_text_is_flushed_before_its_done_event() -> None:

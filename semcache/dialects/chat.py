@@ -155,6 +155,8 @@ def tool_call_answer(response: dict[str, Any], max_bytes: int) -> list[dict[str,
     choices = dicts_of(response.get("choices"))
     if len(choices) != 1 or not is_first_choice(choices[0]) or choices[0].get("finish_reason") != "tool_calls":
         return None
+    if response.get("error"):
+        return None  # an answer and an error at once: not one to hand anyone else
     message = dict_field(choices[0], "message")
     calls = dicts_of(message.get("tool_calls"))
     if not calls or message.get("refusal") or message.get("function_call"):
@@ -178,10 +180,12 @@ def message_text(response: dict[str, Any]) -> str:
 
 def clean_answer(response: dict[str, Any], max_bytes: int) -> str | None:
     """The text of a completion that is safe to cache: one choice (index 0), finished with ``stop``,
-    no tool calls and no refusal, and at most ``max_bytes`` of UTF-8."""
+    no tool calls, no refusal and no error beside it, and at most ``max_bytes`` of UTF-8."""
     choices = response.get("choices")
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         return None
+    if response.get("error"):
+        return None  # an answer and an error at once: not one to hand anyone else
     choice = choices[0]
     message = choice.get("message") or {}
     content = message.get("content")

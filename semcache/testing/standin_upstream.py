@@ -106,6 +106,9 @@ class Fault:
       after that many content deltas, then ends without ``[DONE]``.
     - ``echo_authorization``: the error (``status``, else ``error_after_chunks``,
       else a 401) says ``Incorrect API key provided: <the Authorization header>``.
+    - ``answer_status``: the answer as usual, streamed or not, sent with this success status
+      (206 Partial Content, 203 from a proxy that changed it) instead of 200.
+    - ``error_beside_answer``: a non-streamed answer carries an ``"error"`` object beside its choices.
 
     Embeddings (``POST /v1/embeddings``; ``match`` looks in its inputs, joined by spaces): ``status``,
     ``latency_s`` and ``bad_embeddings``, one of ``BAD_EMBEDDINGS``: ``short`` (the last vector left
@@ -130,6 +133,8 @@ class Fault:
     choice_index: int = 0
     error_after_chunks: int | None = None
     echo_authorization: bool = False
+    answer_status: int | None = None
+    error_beside_answer: bool = False
     bad_embeddings: str | None = None
 
     def __post_init__(self) -> None:
@@ -137,6 +142,9 @@ class Fault:
             raise ValueError(f"bad_embeddings must be one of {BAD_EMBEDDINGS}, got {self.bad_embeddings!r}")
         if self.status is not None and not (isinstance(self.status, int) and 100 <= self.status <= 599):
             raise ValueError(f"status must be an HTTP status code, got {self.status!r}")
+        success = isinstance(self.answer_status, int) and 200 <= self.answer_status <= 299
+        if self.answer_status is not None and not success:
+            raise ValueError(f"answer_status must be a success status (2xx), got {self.answer_status!r}")
         if self.times is not None and self.times < 0:
             raise ValueError("times must be >= 0 or None")
         if self.cut_after_chunks is not None and self.cut_after_chunks < 0:
@@ -600,16 +608,20 @@ def _stream_response(
     """The ``stream: true`` response."""
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     events = _sse_events(reply, fault, include_usage, interrupted, error_message)
-    return _AbortableStreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+    return _AbortableStreamingResponse(events, status_code=fault.answer_status or 200, media_type="text/event-stream",
+                                       headers={"cache-control": "no-cache"})  # fmt: skip
 
 
 def _plain_response(reply: _Reply, fault: Fault, interrupted: Callable[[], Awaitable[bool]]) -> Response:
     """The ``stream: false`` response, truncated if the fault cuts responses."""
     if reply.answer_bytes is not None:
         return _huge_plain_response(reply, fault.chunk_delay_s, interrupted)
-    data = json.dumps(_completion_json(reply)).encode()
+    completion = _completion_json(reply)
+    if fault.error_beside_answer:
+        completion["error"] = {"message": "the model failed part-way", "type": "server_error", "code": None}
+    data = json.dumps(completion).encode()
     if fault.cut_after_chunks is None:
-        return Response(data, media_type="application/json")
+        return Response(data, status_code=fault.answer_status or 200, media_type="application/json")
     headers = {"content-length": str(len(data))}
     return _AbortableStreamingResponse(_truncated_body(data), media_type="application/json", headers=headers)
 

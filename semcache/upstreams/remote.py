@@ -11,7 +11,13 @@ import httpx
 from pydantic_core import from_json
 
 from ..decision.verification import VERIFICATION_HEADER, VERIFICATION_MARK
-from ..errors import UpstreamAnswerTooLarge, UpstreamError, UpstreamStatusError, UpstreamUnavailable
+from ..errors import (
+    UpstreamAnswerTooLarge,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamUnavailable,
+    UpstreamUnexpectedStatus,
+)
 from ..logs import REQUEST_ID_HEADER, Redactor, current_request_id
 from ..protocols import Relayed, RelayRequest, UpstreamApi
 from ..scrubbing import SecretScrubber
@@ -86,11 +92,12 @@ class RemoteUpstream:
             headers[VERIFICATION_HEADER] = "true"
         return headers
 
-    def _scrubber(self, headers: dict[str, str]) -> SecretScrubber:
+    def _scrubber(self, headers: dict[str, str], *, shared: bool = True) -> SecretScrubber:
         """What to take out of the answer to a request sent with ``headers``: the configured
-        secrets, and the key that went upstream with it."""
+        secrets, and the key that went upstream with it. ``shared``: the answer may be cached or
+        handed to other clients, so one that holds that key fails instead (the client chose the key)."""
         scheme, _, token = headers.get("Authorization", headers.get("authorization", "")).partition(" ")
-        return self._scrub.with_client_key(token.strip() if scheme.lower() == "bearer" else None)
+        return self._scrub.with_client_key(token.strip() if scheme.lower() == "bearer" else None, refuse=shared)
 
     async def complete(
         self, body: dict[str, Any], headers: dict[str, str], api: UpstreamApi = "chat"
@@ -107,6 +114,7 @@ class RemoteUpstream:
         outgoing = self._headers(headers)
         request = self._client.build_request("POST", _PATHS[api], json={**body, "stream": True}, headers=outgoing)
         response = await self._open(request)
+        await _whole_answer_status(response, request)
         try:
             async for chunk in parse_sse(response.aiter_bytes(), self._redact, api, self._scrubber(outgoing)):
                 yield chunk
@@ -148,7 +156,7 @@ class RemoteUpstream:
         )
         response = await self._open(upstream_request)
         passed_on = {name: value for name, value in response.headers.items() if name.lower() in _RELAYED_HEADERS}
-        scrub = self._scrubber(outgoing)
+        scrub = self._scrubber(outgoing, shared=False)  # relayed to this client alone, never cached
         passed_on = {name: scrub.text(value) for name, value in passed_on.items()}
 
         async def body() -> AsyncIterator[bytes]:
@@ -178,6 +186,7 @@ class RemoteUpstream:
     async def _send(self, request: httpx.Request) -> bytes:
         """The body of a successful answer, read as it arrives and never past ``max_response_bytes``."""
         response = await self._open(request)
+        await _whole_answer_status(response, request)
         try:
             body = await _read_at_most(response, self._max_response_bytes)
         except httpx.HTTPError as exc:
@@ -313,6 +322,18 @@ async def _off_loop_if_large(work: Callable[[Any], _T], value: Any, size: int) -
     if size >= _PARSE_OFF_LOOP_BYTES:
         return await asyncio.to_thread(work, value)
     return work(value)
+
+
+async def _whole_answer_status(response: httpx.Response, request: httpx.Request) -> None:
+    """Raise ``UpstreamUnexpectedStatus`` (and close ``response``) unless it is a 200: a 206 is a
+    part of an answer, a 203 one that a proxy changed, a 3xx no answer at all."""
+    if response.status_code == 200:
+        return
+    await response.aclose()
+    raise UpstreamUnexpectedStatus(
+        f"the upstream at {upstream_address(request)} answered HTTP {response.status_code}, where its API answers "
+        "200; semcache neither relays nor caches such an answer"
+    )
 
 
 async def _scrubbed(scrub: SecretScrubber, answer: dict[str, Any], data: bytes) -> dict[str, Any]:

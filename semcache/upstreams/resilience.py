@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..errors import SemcacheError, UpstreamAnswerTooLarge, UpstreamError, UpstreamUnavailable
+from ..errors import SemcacheError, UnusableAnswer, UpstreamError, UpstreamUnavailable
 from ..observer import NullObserver, Observer
 from ..protocols import Relayed, RelayRequest, Upstream, UpstreamApi
 from ..wording import counted
@@ -299,8 +299,8 @@ class ResilientUpstream:
         """Seconds to wait before the next attempt, or None when this error must not be retried."""
         if error.status_code not in RETRYABLE_STATUSES and not isinstance(error, UpstreamUnavailable):
             return None
-        if isinstance(error, UpstreamAnswerTooLarge):
-            return None  # another try would fetch as large an answer
+        if isinstance(error, UnusableAnswer):
+            return None  # another try would fetch another answer like it
         if error.code == "circuit_open" or attempt + 1 >= self.retry.max_attempts:
             return None
         if self.breaker.state != "closed":
@@ -318,9 +318,10 @@ async def _close(chunks: AsyncIterator[Any]) -> None:
 
 
 def _upstream_fault(error: UpstreamError) -> bool:
-    """Errors that say the upstream is unwell (not that the request was bad). An answer too large to
-    relay is not one: else a few requests for long answers would open the circuit for everyone."""
-    if isinstance(error, UpstreamAnswerTooLarge):
+    """Errors that say the upstream is unwell (not that the request was bad). An answer it gave that
+    semcache does not relay is not one: else a few requests for long answers (or a client whose key
+    the upstream quotes) would open the circuit for everyone."""
+    if isinstance(error, UnusableAnswer):
         return False
     return isinstance(error, UpstreamUnavailable) or error.status_code >= 500
 
