@@ -41,6 +41,8 @@ class Flight:
     error: SemcacheError | None = None
     done: bool = False
     followers: int = 0
+    # The leader's Authorization, where a stream is followed live only by requests sent with it.
+    credential: str | None = None
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _read: dict[object, int] = field(default_factory=dict)  # chunks each streamed follower has read
 
@@ -123,8 +125,8 @@ class InFlight:
         flight = self._by_exact.get(exact_key)
         return flight if flight is not None and flight.sharing else None
 
-    def lead(self, key: RequestKey, vector: np.ndarray | None, streamed: bool) -> Flight:
-        flight = Flight(key, vector, streamed)
+    def lead(self, key: RequestKey, vector: np.ndarray | None, streamed: bool, credential: str | None = None) -> Flight:
+        flight = Flight(key, vector, streamed, credential=credential)
         self._by_exact[key.exact] = flight
         self._by_scope.setdefault(key.scope, []).append(flight)
         return flight

@@ -152,6 +152,10 @@ class Pipeline:
     cache_tool_calls: bool = False  # store answers that call tools; served on exact matches only
     cache_answer_instructions: bool = False  # cache prompts that tell the model what to answer
     coalesce: bool = True
+    # False where each client's own key goes upstream: a stream is then followed live only by requests
+    # sent with the leader's key. An answer that quotes the leader's key ends its stream, and must not
+    # cut short a follower that sent another; a request that is not streamed retries on its own.
+    streams_shared_across_keys: bool = True
     coalesce_wait_s: float = 30.0  # longest a semantic match waits for a similar request in flight
     max_answer_bytes: int = 1_000_000  # longest answer stored, in UTF-8 bytes; longer ones are only relayed
     prices: PriceTable = field(default_factory=PriceTable)  # to estimate the money hits saved
@@ -575,13 +579,18 @@ class Pipeline:
 
     async def _forward_stream(self, lookup: Lookup, headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         semantic_tried = False
+        credential = None if self.streams_shared_across_keys else headers.get("authorization", "")
         for _ in range(_MAX_LEADS):
             key = lookup.answer_key
-            if key is None or not self.coalesce:
+            flight = self.inflight.get(key.exact) if key is not None and self.coalesce else None
+            if (
+                key is None
+                or not self.coalesce
+                or (flight is not None and self._led_with_another_key(lookup, flight, credential))
+            ):
                 async for chunk in self._lead_stream(lookup, headers, None):
                     yield chunk
                 return
-            flight = self.inflight.get(key.exact)
             if flight is not None:
                 relayed = 0
                 try:
@@ -601,7 +610,7 @@ class Pipeline:
                     async for chunk in self.hit_stream(lookup):
                         yield chunk
                     return
-            flight = self.inflight.lead(key, lookup.vector, streamed=True)
+            flight = self.inflight.lead(key, lookup.vector, streamed=True, credential=credential)
             try:
                 async for chunk in self._lead_stream(lookup, headers, flight):
                     yield chunk
@@ -609,6 +618,12 @@ class Pipeline:
                 self.inflight.land(flight)
             return
         raise UpstreamUnavailable("the upstream failed for every request sharing this answer")
+
+    def _led_with_another_key(self, lookup: Lookup, flight: Flight, credential: str | None) -> bool:
+        """Whether ``flight`` is a stream that this request would follow live, led with another key
+        where streams are shared only among requests sent with one (``streams_shared_across_keys``)."""
+        live = flight.streamed and lookup.dialect.shares_upstream_response
+        return live and flight.credential != credential
 
     async def _lead(self, lookup: Lookup, headers: dict[str, str], flight: Flight | None) -> dict[str, Any]:
         dialect = lookup.dialect

@@ -575,6 +575,49 @@ def test_a_client_cannot_choose_a_key_that_cuts_a_piece_out_of_an_answer_others_
     assert standin.chat_calls() == 2  # the refused answer was not retried
 
 
+def test_a_stream_led_with_a_key_its_answer_quotes_never_cuts_short_another_clients(
+    open_service: SemcacheProcess, standin: StandinUpstream, namespace: str
+) -> None:
+    """Where each client's own key goes upstream, a stream is followed live only by requests sent
+    with the same key: else a client whose "key" the answer holds near its end would end, with its
+    own stream, the streams of everyone who asked the same meanwhile. Same-key streams still share."""
+    url = f"https://docs.example.org/library/{uuid.uuid4().hex[:8]}"
+    prompt = f"Where are the docs? They are at {url}"
+    standin.set_fault(chunk_delay_s=0.15)  # a stream of a few seconds, long enough to be joined
+    results: dict[str, tuple[httpx.Response, list[dict[str, Any]]]] = {}
+
+    def stream(name: str, key: str, after_s: float) -> threading.Thread:
+        def run() -> None:
+            time.sleep(after_s)
+            results[name] = raw_chat(open_service, prompt, "stream", namespace, Authorization=f"Bearer {key}")
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    for thread in [stream("planter", url, 0.0), stream("victim", "sk-victims-own-key-0123456789", 0.5)]:
+        thread.join(120)
+    planted, planted_events = results["planter"]
+    assert planted_events[-1]["error"]["code"] == "upstream_quoted_credential" and "[DONE]" not in planted.text
+    victim, victim_events = results["victim"]
+    assert victim.status_code == 200 and victim.text.rstrip().endswith("data: [DONE]")
+    assert answer_text(victim, victim_events, "stream") == f"Answer to: {prompt}"
+    assert standin.chat_calls() == 2  # the victim asked the upstream itself
+    # Two streams sent with one key still share one upstream call.
+    standin.reset()
+    standin.set_fault(chunk_delay_s=0.15)
+    prompt = f"Is coalescing on, {namespace}?"
+    threads = []
+    for after_s in (0.0, 0.5):
+        threads.append(threading.Thread(target=lambda after_s=after_s: (time.sleep(after_s), results.__setitem__(
+            str(after_s), raw_chat(open_service, prompt, "stream", namespace)))))  # fmt: skip
+        threads[-1].start()
+    for thread in threads:
+        thread.join(120)
+    assert [answer_text(*results[k], "stream") for k in ("0.0", "0.5")] == [f"Answer to: {prompt}"] * 2
+    assert standin.chat_calls() == 1
+
+
 # -- finding 7: X-Semcache-TTL -----------------------------------------------------------------
 
 

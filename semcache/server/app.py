@@ -347,6 +347,8 @@ async def _load(state: AppState, embedder: Embedder | None, templates: TemplateT
             observer=state.observer,
             budgets=budgets,
             judge=load_judge(settings, batcher.embed, upstream),
+            # Without the operator's key each client's own goes upstream, and an answer may quote it.
+            streams_shared_across_keys=settings.backend == "local" or bool(settings.upstream_api_key),
             wrong_answers=wrong_answers,
         )
         try:
