@@ -73,7 +73,9 @@ class SecretScrubber:
 
         ``refuse``: an answer that holds the key fails instead of having it replaced. An answer that
         is cached or shared must: the client chooses its key, and so what would be cut from an
-        answer that others are served. What is relayed to that client alone may have it replaced."""
+        answer that others are served. What is relayed to that client alone may have it replaced.
+        Refusal holds in parsed answers and events (``text``, ``value``, ``events``); ``wire``, which
+        only pass-through routes use, replaces every secret."""
         if key is None or key in self.secrets or len(key) < MIN_CLIENT_KEY_CHARS or not _CREDENTIAL_LIKE.fullmatch(key):
             return self
         scrubber = self._for_client_key.get((key, refuse))
@@ -116,8 +118,6 @@ class SecretScrubber:
     def scrub_bytes(self, data: bytes, text: bool = True) -> bytes:
         """``data`` with every secret replaced: in ``text`` (JSON, an event stream) also any
         spelling of it that JSON escapes make; in other bytes (audio, images) as it is."""
-        if self.refused and any(SecretScrubber([secret]).may_hold(data) for secret in self.refused):
-            raise UpstreamQuotedCredential(_QUOTED_CREDENTIAL)
         if text and self._may_be_escaped(data):
             return self._spelled.sub(_REDACTED_BYTES, data)
         for secret in self._secret_bytes:
